@@ -1,0 +1,69 @@
+// The node's PCIe picture: pair levels between GPUs, NICs and NVMe drives in the
+// meaning of `nvidia-smi topo -m` and NVML's common-ancestor levels, and scan(),
+// the API entry point that the executable and the Python binding share.
+#pragma once
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "pod_init/findings.hpp"
+#include "pod_init/pci_scan.hpp"
+
+namespace pod_init {
+
+// Values are NVML's nvmlGpuTopologyLevel_t, so they compare directly with
+// nvmlDeviceGetTopologyCommonAncestor.
+enum class Level {
+  Self = 0,   // X
+  Pix = 10,   // at most one PCIe switch
+  Pxb = 20,   // several switches, no host bridge
+  Phb = 30,   // through a host bridge
+  Node = 40,  // between host bridges of one NUMA node
+  Sys = 50,   // across NUMA nodes
+};
+const char* level_name(Level level);
+
+using DeviceIndex = std::unordered_map<std::string, const PciDevice*>;
+DeviceIndex index_by_bdf(const std::vector<PciDevice>& devices);
+
+// The switch a bridge belongs to, named by the switch's upstream port; "" for
+// a root port. From the config-space port type where it was readable, else by
+// position in the chain: root port first, then upstream/downstream pairs.
+std::string switch_of(const std::vector<std::string>& chain, size_t position,
+                      const DeviceIndex& index);
+
+// Bridges on the path between a and b (both sides below the deepest common
+// bridge, plus that bridge); every bridge of both chains when they share none.
+std::vector<std::string> bridges_between(const PciDevice& a, const PciDevice& b);
+
+Level classify(const PciDevice& a, const PciDevice& b, const DeviceIndex& index);
+
+struct Matrix {
+  std::vector<size_t> members;  // indices into Topology::devices: GPUs, NICs, NVMe
+  std::vector<std::string> labels;  // GPU0.., NIC0.., NVME0..
+  std::vector<std::vector<Level>> rows;
+};
+
+struct Topology {
+  std::string sysfs_root;
+  std::vector<PciDevice> devices;
+  Matrix matrix;
+  std::vector<Finding> findings;
+  int numa_nodes = 0;
+  double scan_seconds = 0;
+};
+
+struct ScanOptions {
+  std::string sysfs_root = "/sys";
+  int expect_gpus = -1;  // < 0: no expectation
+  bool probe_bar0 = true;
+};
+
+// Throws SysError when the sysfs tree has no readable bus/pci/devices; every
+// other problem becomes a finding.
+Topology scan(const ScanOptions& options);
+
+Matrix build_matrix(const std::vector<PciDevice>& devices);
+
+}  // namespace pod_init

@@ -1,0 +1,146 @@
+#include "pod_init/topology.hpp"
+
+#include <time.h>
+
+#include <algorithm>
+#include <set>
+
+#include "pod_init/error.hpp"
+#include "pod_init/topology_checks.hpp"
+
+namespace pod_init {
+
+namespace {
+
+size_t common_prefix(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
+double monotonic_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+}  // namespace
+
+const char* level_name(Level level) {
+  switch (level) {
+    case Level::Self: return "X";
+    case Level::Pix: return "PIX";
+    case Level::Pxb: return "PXB";
+    case Level::Phb: return "PHB";
+    case Level::Node: return "NODE";
+    case Level::Sys: return "SYS";
+  }
+  return "SYS";
+}
+
+DeviceIndex index_by_bdf(const std::vector<PciDevice>& devices) {
+  DeviceIndex index;
+  for (const PciDevice& dev : devices) index[dev.bdf] = &dev;
+  return index;
+}
+
+std::string switch_of(const std::vector<std::string>& chain, size_t position,
+                      const DeviceIndex& index) {
+  auto found = index.find(chain[position]);
+  const PciDevice* bridge = found == index.end() ? nullptr : found->second;
+  if (bridge != nullptr && bridge->config.port_type) {
+    switch (*bridge->config.port_type) {
+      case PortType::RootPort: return "";
+      case PortType::SwitchDownstream: return position > 0 ? chain[position - 1] : chain[position];
+      default: return chain[position];
+    }
+  }
+  // Heuristic without config space: a root port sits directly on the host
+  // bridge, and below it every switch shows as an upstream port followed by
+  // one of its downstream ports.
+  if (position == 0) return "";
+  return position % 2 == 1 ? chain[position] : chain[position - 1];
+}
+
+std::vector<std::string> bridges_between(const PciDevice& a, const PciDevice& b) {
+  std::vector<std::string> bridges;
+  if (a.root_bus != b.root_bus) {
+    bridges = a.upstream;
+    bridges.insert(bridges.end(), b.upstream.begin(), b.upstream.end());
+    return bridges;
+  }
+  size_t shared = common_prefix(a.upstream, b.upstream);
+  if (shared > 0) bridges.push_back(a.upstream[shared - 1]);
+  bridges.insert(bridges.end(), a.upstream.begin() + static_cast<long>(shared), a.upstream.end());
+  bridges.insert(bridges.end(), b.upstream.begin() + static_cast<long>(shared), b.upstream.end());
+  return bridges;
+}
+
+Level classify(const PciDevice& a, const PciDevice& b, const DeviceIndex& index) {
+  if (a.bdf == b.bdf) return Level::Self;
+  if (a.root_bus != b.root_bus) {
+    // Unknown placement (-1) cannot prove a socket crossing.
+    bool other_socket = a.numa_node >= 0 && b.numa_node >= 0 && a.numa_node != b.numa_node;
+    return other_socket ? Level::Sys : Level::Node;
+  }
+  size_t shared = common_prefix(a.upstream, b.upstream);
+  if (shared == 0) return Level::Phb;
+  std::set<std::string> switches;
+  auto add = [&](const std::vector<std::string>& chain, size_t from) {
+    for (size_t i = from; i < chain.size(); ++i) {
+      std::string name = switch_of(chain, i, index);
+      if (!name.empty()) switches.insert(name);
+    }
+  };
+  add(a.upstream, shared - 1);
+  add(b.upstream, shared);
+  return switches.size() <= 1 ? Level::Pix : Level::Pxb;
+}
+
+Matrix build_matrix(const std::vector<PciDevice>& devices) {
+  Matrix matrix;
+  DeviceIndex index = index_by_bdf(devices);
+  // GPUs, then NICs, then NVMe, each in BDF order (devices are sorted), as nvidia-smi lists them.
+  const std::pair<DeviceKind, const char*> groups[] = {
+      {DeviceKind::Gpu, "GPU"}, {DeviceKind::Nic, "NIC"}, {DeviceKind::Nvme, "NVME"}};
+  for (const auto& [kind, prefix] : groups) {
+    int count = 0;
+    for (size_t i = 0; i < devices.size(); ++i) {
+      if (devices[i].kind != kind) continue;
+      matrix.members.push_back(i);
+      matrix.labels.push_back(prefix + std::to_string(count++));
+    }
+  }
+  for (size_t row : matrix.members) {
+    std::vector<Level> levels;
+    for (size_t column : matrix.members) {
+      levels.push_back(classify(devices[row], devices[column], index));
+    }
+    matrix.rows.push_back(std::move(levels));
+  }
+  return matrix;
+}
+
+Topology scan(const ScanOptions& options) {
+  double started = monotonic_seconds();
+  Topology topo;
+  topo.sysfs_root = options.sysfs_root;
+  PciScanOptions pci_options{options.sysfs_root, options.probe_bar0};
+  int rc = scan_pci_devices(pci_options, &topo.devices, &topo.findings);
+  if (rc < 0) throw SysError(-rc, options.sysfs_root + "/bus/pci/devices");
+  topo.numa_nodes = count_numa_nodes(options.sysfs_root);
+  topo.matrix = build_matrix(topo.devices);
+
+  DeviceIndex index = index_by_bdf(topo.devices);
+  check_gpu_count(topo.devices, options.expect_gpus, &topo.findings);
+  check_links(topo.devices, index, &topo.findings);
+  check_bar1(topo.devices, &topo.findings);
+  check_acs(topo.devices, index, &topo.findings);
+  check_numa(topo.devices, topo.numa_nodes, &topo.findings);
+  std::stable_sort(topo.findings.begin(), topo.findings.end(),
+                   [](const Finding& x, const Finding& y) { return x.severity > y.severity; });
+  topo.scan_seconds = monotonic_seconds() - started;
+  return topo;
+}
+
+}  // namespace pod_init
