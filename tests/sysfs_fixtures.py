@@ -67,14 +67,22 @@ def resource_lines(bars: dict[int, tuple[int, int, int]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def gpu_bars(base: int, bar1_size: int, vm_layout: bool) -> dict[int, tuple[int, int, int]]:
-    """Bare metal: 32-bit BAR0, BAR1 at resource1. VM: 64-bit BAR0, BAR1 at resource2."""
+def gpu_bars(n: int, bar1_size: int, vm_layout: bool) -> dict[int, tuple[int, int, int]]:
+    """GPU ``n``'s BARs. Bare metal: 32-bit BAR0, BAR1 at resource1. VM: 64-bit
+    BAR0, BAR1 at resource2."""
     pref64 = MEM | PREFETCH | MEM64 | 0xC
+    high = 0x100000000000 + n * 0x10000000000
     if vm_layout:
-        return {0: (base, 16 * MIB, pref64), 2: (base + 64 * GIB, bar1_size, pref64),
-                4: (base + 32 * MIB, 32 * MIB, pref64)}
-    return {0: (base & 0xFFFFFFFF, 16 * MIB, MEM), 1: (base + 64 * GIB, bar1_size, pref64),
-            3: (base + 32 * MIB, 32 * MIB, pref64)}
+        return {
+            0: (high + 64 * GIB, 16 * MIB, pref64),
+            2: (high, bar1_size, pref64),
+            4: (high + 64 * GIB + 32 * MIB, 32 * MIB, pref64),
+        }
+    return {
+        0: (0x90000000 + n * 0x2000000, 16 * MIB, MEM),
+        1: (high, bar1_size, pref64),
+        3: (high + 64 * GIB, 32 * MIB, pref64),
+    }
 
 
 @dataclass
@@ -86,7 +94,7 @@ class Link:
 
 
 class SysfsTree:
-    def __init__(self, root: Path):
+    def __init__(self, root: Path | str):
         self.root = Path(root)
         self.paths: dict[str, Path] = {}
         (self.root / "bus/pci/devices").mkdir(parents=True, exist_ok=True)
@@ -185,48 +193,67 @@ class SysfsTree:
             self._link(self.root / "block" / disk, head)
 
 
-def build_h200x2(root: Path) -> SysfsTree:
+def build_h200x2(root: Path | str) -> SysfsTree:
     """The lent 2xH200 Firecracker VM (shared/reference/h200x2/probe.txt): one
     flat root bus, NUMA -1, VM BAR layout with a 256 GiB BAR1."""
     t = SysfsTree(root)
     t.numa_nodes(1)
     host = "pci0000:00"
     t.device("0000:00:00.0", host, 0x8086, 0x0D57, 0x060000, port_type=None, cpulist="0-31")
-    for fn, (dev, cls, virtio) in enumerate(
-        [(0x1042, 0x018000, 0), (0x1042, 0x018000, 1), (0x1041, 0x020000, 2),
-         (0x1053, 0xFFFF00, 3), (0x1044, 0xFFFF00, 4)], start=1):
-        t.device(f"0000:00:0{fn}.0", host, 0x1AF4, dev, cls, port_type=None,
-                 driver="virtio-pci", cpulist="0-31", bars={1: (0xC000 + fn * 0x100, 0x80, 0x101)})
+    for fn, (dev, cls, _virtio) in enumerate(
+        [
+            (0x1042, 0x018000, 0),
+            (0x1042, 0x018000, 1),
+            (0x1041, 0x020000, 2),
+            (0x1053, 0xFFFF00, 3),
+            (0x1044, 0xFFFF00, 4),
+        ],
+        start=1,
+    ):
+        t.device(
+            f"0000:00:0{fn}.0",
+            host,
+            0x1AF4,
+            dev,
+            cls,
+            port_type=None,
+            driver="virtio-pci",
+            cpulist="0-31",
+            bars={1: (0xC000 + fn * 0x100, 0x80, 0x101)},
+        )
     t.block("0000:00:01.0", "vda", "virtio0")
     t.block("0000:00:02.0", "vdb", "virtio1")
     t.net("0000:00:03.0", "eth0", via="virtio2")
     gen5 = Link(32.0, 16, 32.0, 16)
     for i, fn in enumerate((6, 7)):
-        t.device(f"0000:00:0{fn}.0", host, 0x10DE, 0x2335, 0x030200, link=gen5, cpulist="0-31",
-                 driver="nvidia", bars=gpu_bars(0x104002000000 + i * (1 << 44), 256 * GIB, True),
-                 boot0=HOPPER_BOOT0)
+        t.device(
+            f"0000:00:0{fn}.0",
+            host,
+            0x10DE,
+            0x2335,
+            0x030200,
+            link=gen5,
+            cpulist="0-31",
+            driver="nvidia",
+            bars=gpu_bars(i, 256 * GIB, True),
+            boot0=HOPPER_BOOT0,
+        )
     return t
 
 
-def _switch(t: SysfsTree, parent: str, upstream: str, downstream: list[str], numa: int,
-            acs: int | None = None, config_size: int = 4096) -> None:
-    link = Link(32.0, 16, 32.0, 16)
-    t.device(upstream, parent, 0x1000, 0xC030, 0x060400, numa=numa, link=link,
-             port_type=SWITCH_UP, config_size=config_size)
-    for bdf in downstream:
-        t.device(bdf, upstream, 0x1000, 0xC030, 0x060400, numa=numa, link=link,
-                 port_type=SWITCH_DOWN, acs=acs, config_size=config_size)
-
-
-def build_8gpu(root: Path) -> SysfsTree:
+def build_8gpu(root: Path | str, config_size: int = 4096) -> SysfsTree:
     """A two-socket 8-GPU PCIe box with Gen5 switches:
 
-    socket 0, pci0000:00: RP 00:01.0 -> switch 01 -> GPU0 03:00, GPU1 04:00, NIC0 05:00 (mlx5_0), NVMe 06:00
-    socket 0, pci0000:17: RP 17:01.0 -> switch 18 -> switch 1a (two levels) -> GPU2 1c:00, GPU3 1d:00
-                                                  -> dual-port NIC1 1e:00.0/.1
-    socket 1, pci0000:80: RP 80:01.0 -> switch 81 -> GPU4 83:00 (trained x8), GPU5 84:00 (256 MiB BAR1),
-                                                  NIC2 85:00, NVMe 86:00 (multipath)
-    socket 1, pci0000:c0: RP c0:01.0 -> switch c1, ACS redirect on its ports -> GPU6 c3:00, GPU7 c4:00
+    pci0000:00 (socket 0): root port 00:01.0 -> switch 01:00.0
+        -> GPU0 03:00.0, GPU1 04:00.0, NIC0 05:00.0 (mlx5_0), NVMe 06:00.0
+    pci0000:17 (socket 0): root port 17:01.0 -> switch 18:00.0
+        -> switch 1a:00.0 (second level) -> GPU2 1c:00.0, GPU3 1d:00.0
+        -> dual-port NIC 1e:00.0 / 1e:00.1
+    pci0000:80 (socket 1): root port 80:01.0 -> switch 81:00.0
+        -> GPU4 83:00.0 (trained x8), GPU5 84:00.0 (256 MiB BAR1), NIC 85:00.0,
+           NVMe 86:00.0 (native multipath)
+    pci0000:c0 (socket 1): root port c0:01.0 -> switch c1:00.0, ACS redirect on its ports
+        -> GPU6 c3:00.0, GPU7 c4:00.0
     """
     t = SysfsTree(root)
     t.numa_nodes(2)
@@ -235,51 +262,117 @@ def build_8gpu(root: Path) -> SysfsTree:
     acs_redirect = ACS_SV | ACS_RR | ACS_CR | ACS_UF
 
     def root_port(host: str, bdf: str, numa: int) -> None:
-        t.device(bdf, host, 0x8086, 0x352A, 0x060400, numa=numa, cpulist=cpus[numa], link=gen5,
-                 port_type=ROOT_PORT)
+        t.device(
+            bdf,
+            host,
+            0x8086,
+            0x352A,
+            0x060400,
+            numa=numa,
+            cpulist=cpus[numa],
+            link=gen5,
+            port_type=ROOT_PORT,
+            config_size=config_size,
+        )
 
     def gpu(bdf: str, parent: str, numa: int, n: int, link: Link = gen5, bar1: int = 128 * GIB):
-        t.device(bdf, parent, 0x10DE, 0x2335, 0x030200, numa=numa, cpulist=cpus[numa], link=link,
-                 driver="nvidia", bars=gpu_bars(0x20000000000 * (n + 1), bar1, False),
-                 boot0=HOPPER_BOOT0, iommu_group=40 + n)
+        t.device(
+            bdf,
+            parent,
+            0x10DE,
+            0x2335,
+            0x030200,
+            numa=numa,
+            cpulist=cpus[numa],
+            link=link,
+            driver="nvidia",
+            bars=gpu_bars(n, bar1, False),
+            boot0=HOPPER_BOOT0,
+            iommu_group=40 + n,
+        )
 
     def nic(bdf: str, parent: str, numa: int, ib: str, netdev: str) -> None:
-        t.device(bdf, parent, 0x15B3, 0x1021, 0x020700, numa=numa, cpulist=cpus[numa], link=gen5,
-                 driver="mlx5_core", bars={0: (0x3000000000 + int(bdf[5:7], 16) * GIB, 32 * MIB,
-                                              MEM | PREFETCH | MEM64)})
+        t.device(
+            bdf,
+            parent,
+            0x15B3,
+            0x1021,
+            0x020700,
+            numa=numa,
+            cpulist=cpus[numa],
+            link=gen5,
+            driver="mlx5_core",
+            bars={0: (0x3000000000 + int(bdf[5:7], 16) * GIB, 32 * MIB, MEM | PREFETCH | MEM64)},
+        )
         t.infiniband(bdf, ib)
         t.net(bdf, netdev)
 
     def nvme(bdf: str, parent: str, numa: int, controller: int, multipath: bool) -> None:
-        t.device(bdf, parent, 0x144D, 0xA824, 0x010802, numa=numa, cpulist=cpus[numa],
-                 link=Link(16.0, 4, 16.0, 4), driver="nvme", bars={0: (0xE0000000, 16384, MEM)})
+        t.device(
+            bdf,
+            parent,
+            0x144D,
+            0xA824,
+            0x010802,
+            numa=numa,
+            cpulist=cpus[numa],
+            link=Link(16.0, 4, 16.0, 4),
+            driver="nvme",
+            bars={0: (0xE0000000, 16384, MEM)},
+        )
         t.nvme(bdf, controller, multipath=multipath)
 
     root_port("pci0000:00", "0000:00:01.0", 0)
-    _switch(t, "0000:00:01.0", "0000:01:00.0", [f"0000:02:0{d}.0" for d in range(4)], 0)
+
+    def switch(parent: str, upstream: str, downstream: list[str], numa: int, acs=None) -> None:
+        t.device(
+            upstream,
+            parent,
+            0x1000,
+            0xC030,
+            0x060400,
+            numa=numa,
+            link=gen5,
+            port_type=SWITCH_UP,
+            config_size=config_size,
+        )
+        for bdf in downstream:
+            t.device(
+                bdf,
+                upstream,
+                0x1000,
+                0xC030,
+                0x060400,
+                numa=numa,
+                link=gen5,
+                port_type=SWITCH_DOWN,
+                acs=acs,
+                config_size=config_size,
+            )
+
+    switch("0000:00:01.0", "0000:01:00.0", [f"0000:02:0{d}.0" for d in range(4)], 0)
     gpu("0000:03:00.0", "0000:02:00.0", 0, 0)
     gpu("0000:04:00.0", "0000:02:01.0", 0, 1)
     nic("0000:05:00.0", "0000:02:02.0", 0, "mlx5_0", "ibp5s0")
     nvme("0000:06:00.0", "0000:02:03.0", 0, 0, multipath=False)
 
     root_port("pci0000:17", "0000:17:01.0", 0)
-    _switch(t, "0000:17:01.0", "0000:18:00.0", ["0000:19:00.0", "0000:19:01.0"], 0)
-    _switch(t, "0000:19:00.0", "0000:1a:00.0", ["0000:1b:00.0", "0000:1b:01.0"], 0)
+    switch("0000:17:01.0", "0000:18:00.0", ["0000:19:00.0", "0000:19:01.0"], 0)
+    switch("0000:19:00.0", "0000:1a:00.0", ["0000:1b:00.0", "0000:1b:01.0"], 0)
     gpu("0000:1c:00.0", "0000:1b:00.0", 0, 2)
     gpu("0000:1d:00.0", "0000:1b:01.0", 0, 3)
     nic("0000:1e:00.0", "0000:19:01.0", 0, "mlx5_1", "ens2f0np0")
     nic("0000:1e:00.1", "0000:19:01.0", 0, "mlx5_2", "ens2f1np1")
 
     root_port("pci0000:80", "0000:80:01.0", 1)
-    _switch(t, "0000:80:01.0", "0000:81:00.0", [f"0000:82:0{d}.0" for d in range(4)], 1)
+    switch("0000:80:01.0", "0000:81:00.0", [f"0000:82:0{d}.0" for d in range(4)], 1)
     gpu("0000:83:00.0", "0000:82:00.0", 1, 4, link=Link(32.0, 8, 32.0, 16))
     gpu("0000:84:00.0", "0000:82:01.0", 1, 5, bar1=256 * MIB)
     nic("0000:85:00.0", "0000:82:02.0", 1, "mlx5_3", "ibp133s0")
     nvme("0000:86:00.0", "0000:82:03.0", 1, 1, multipath=True)
 
     root_port("pci0000:c0", "0000:c0:01.0", 1)
-    _switch(t, "0000:c0:01.0", "0000:c1:00.0", ["0000:c2:00.0", "0000:c2:01.0"], 1,
-            acs=acs_redirect)
+    switch("0000:c0:01.0", "0000:c1:00.0", ["0000:c2:00.0", "0000:c2:01.0"], 1, acs=acs_redirect)
     gpu("0000:c3:00.0", "0000:c2:00.0", 1, 6)
     gpu("0000:c4:00.0", "0000:c2:01.0", 1, 7)
     return t

@@ -39,8 +39,8 @@ struct ArchName {
   const char* name;
 };
 constexpr ArchName kArchitectures[] = {
-    {0x13, "Pascal"}, {0x14, "Volta"},  {0x16, "Turing"},    {0x17, "Ampere"},
-    {0x18, "Hopper"}, {0x19, "Ada"},    {0x1a, "Blackwell"}, {0x1b, "Blackwell"},
+    {0x13, "Pascal"}, {0x14, "Volta"}, {0x16, "Turing"},    {0x17, "Ampere"},
+    {0x18, "Hopper"}, {0x19, "Ada"},   {0x1a, "Blackwell"}, {0x1b, "Blackwell"},
 };
 
 }  // namespace
@@ -95,10 +95,14 @@ std::string format_bar_size(uint64_t bytes) {
 
 const char* bar0_state_name(Bar0State state) {
   switch (state) {
-    case Bar0State::Mapped: return "mapped";
-    case Bar0State::Denied: return "denied";
-    case Bar0State::Unavailable: return "unavailable";
-    case Bar0State::Failed: return "failed";
+    case Bar0State::Mapped:
+      return "mapped";
+    case Bar0State::Denied:
+      return "denied";
+    case Bar0State::Unavailable:
+      return "unavailable";
+    case Bar0State::Failed:
+      return "failed";
   }
   return "failed";
 }

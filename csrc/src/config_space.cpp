@@ -47,15 +47,24 @@ std::optional<unsigned> find_pcie_capability(const ConfigAccess& access) {
 
 const char* port_type_name(PortType type) {
   switch (type) {
-    case PortType::Endpoint: return "endpoint";
-    case PortType::LegacyEndpoint: return "legacy_endpoint";
-    case PortType::RootPort: return "root_port";
-    case PortType::SwitchUpstream: return "switch_upstream";
-    case PortType::SwitchDownstream: return "switch_downstream";
-    case PortType::PcieToPciBridge: return "pcie_to_pci_bridge";
-    case PortType::PciToPcieBridge: return "pci_to_pcie_bridge";
-    case PortType::RootComplexEndpoint: return "root_complex_endpoint";
-    case PortType::RootComplexEventCollector: return "root_complex_event_collector";
+    case PortType::Endpoint:
+      return "endpoint";
+    case PortType::LegacyEndpoint:
+      return "legacy_endpoint";
+    case PortType::RootPort:
+      return "root_port";
+    case PortType::SwitchUpstream:
+      return "switch_upstream";
+    case PortType::SwitchDownstream:
+      return "switch_downstream";
+    case PortType::PcieToPciBridge:
+      return "pcie_to_pci_bridge";
+    case PortType::PciToPcieBridge:
+      return "pci_to_pcie_bridge";
+    case PortType::RootComplexEndpoint:
+      return "root_complex_endpoint";
+    case PortType::RootComplexEventCollector:
+      return "root_complex_event_collector";
   }
   return "unknown";
 }
@@ -133,8 +142,8 @@ ConfigInfo parse_config(const ConfigAccess& access) {
     if ((dword & 0xffffu) == kExtCapIdAcs) {
       uint32_t acs = 0;
       if (access.read32(offset + 4, &acs) == 0) {
-        info.acs = AcsRegisters{static_cast<uint16_t>(acs & 0xffffu),
-                                static_cast<uint16_t>(acs >> 16)};
+        info.acs =
+            AcsRegisters{static_cast<uint16_t>(acs & 0xffffu), static_cast<uint16_t>(acs >> 16)};
       }
       break;
     }

@@ -10,21 +10,36 @@ SysError::SysError(int err, std::string path)
 
 std::string errno_name(int err) {
   switch (err) {
-    case EPERM: return "EPERM";
-    case ENOENT: return "ENOENT";
-    case EIO: return "EIO";
-    case EACCES: return "EACCES";
-    case EBUSY: return "EBUSY";
-    case ENODEV: return "ENODEV";
-    case ENOTDIR: return "ENOTDIR";
-    case EISDIR: return "EISDIR";
-    case EINVAL: return "EINVAL";
-    case ENOMEM: return "ENOMEM";
-    case ENXIO: return "ENXIO";
-    case ELOOP: return "ELOOP";
-    case ENAMETOOLONG: return "ENAMETOOLONG";
-    case EOPNOTSUPP: return "EOPNOTSUPP";
-    default: return "E" + std::to_string(err);
+    case EPERM:
+      return "EPERM";
+    case ENOENT:
+      return "ENOENT";
+    case EIO:
+      return "EIO";
+    case EACCES:
+      return "EACCES";
+    case EBUSY:
+      return "EBUSY";
+    case ENODEV:
+      return "ENODEV";
+    case ENOTDIR:
+      return "ENOTDIR";
+    case EISDIR:
+      return "EISDIR";
+    case EINVAL:
+      return "EINVAL";
+    case ENOMEM:
+      return "ENOMEM";
+    case ENXIO:
+      return "ENXIO";
+    case ELOOP:
+      return "ELOOP";
+    case ENAMETOOLONG:
+      return "ENAMETOOLONG";
+    case EOPNOTSUPP:
+      return "EOPNOTSUPP";
+    default:
+      return "E" + std::to_string(err);
   }
 }
 

@@ -6,9 +6,12 @@ namespace pod_init {
 
 const char* severity_name(Severity severity) {
   switch (severity) {
-    case Severity::Info: return "info";
-    case Severity::Warning: return "warning";
-    case Severity::Error: return "error";
+    case Severity::Info:
+      return "info";
+    case Severity::Warning:
+      return "warning";
+    case Severity::Error:
+      return "error";
   }
   return "error";
 }

@@ -133,9 +133,12 @@ void read_device(AttributeReader& attrs, const std::string& relative, bool probe
   auto vendor_text = attrs.required("vendor");
   auto device_text = attrs.required("device");
   auto class_text = attrs.required("class");
-  auto vendor = attrs.parsed("vendor", vendor_text, vendor_text ? sysfs::parse_hex(*vendor_text) : std::nullopt);
-  auto device = attrs.parsed("device", device_text, device_text ? sysfs::parse_hex(*device_text) : std::nullopt);
-  auto class_code = attrs.parsed("class", class_text, class_text ? sysfs::parse_hex(*class_text) : std::nullopt);
+  auto vendor = attrs.parsed("vendor", vendor_text,
+                             vendor_text ? sysfs::parse_hex(*vendor_text) : std::nullopt);
+  auto device = attrs.parsed("device", device_text,
+                             device_text ? sysfs::parse_hex(*device_text) : std::nullopt);
+  auto class_code =
+      attrs.parsed("class", class_text, class_text ? sysfs::parse_hex(*class_text) : std::nullopt);
   dev->vendor = static_cast<uint16_t>(vendor.value_or(0));
   dev->device = static_cast<uint16_t>(device.value_or(0));
   dev->class_code = static_cast<uint32_t>(class_code.value_or(0));
@@ -143,7 +146,8 @@ void read_device(AttributeReader& attrs, const std::string& relative, bool probe
 
   dev->driver = attrs.link_basename("driver").value_or("");
   auto numa_text = attrs.optional("numa_node");
-  auto numa = attrs.parsed("numa_node", numa_text, numa_text ? sysfs::parse_int(*numa_text) : std::nullopt);
+  auto numa =
+      attrs.parsed("numa_node", numa_text, numa_text ? sysfs::parse_int(*numa_text) : std::nullopt);
   dev->numa_node = numa && *numa >= 0 && *numa < 65536 ? static_cast<int>(*numa) : -1;
   dev->local_cpulist = attrs.optional("local_cpulist").value_or("");
   if (auto group = attrs.link_basename("iommu_group")) {
@@ -177,10 +181,12 @@ void read_device(AttributeReader& attrs, const std::string& relative, bool probe
   if (dev->kind == DeviceKind::Gpu && probe_bar0) {
     Bar0Probe probe = pod_init::probe_bar0(attrs.dir() + "/resource0");
     if (probe.state == Bar0State::Denied) {
+      std::string why = probe.err == EPERM
+                            ? "the driver owns the region and the kernel enforces strict devmem"
+                            : "mapping a BAR needs root";
       findings->push_back({Severity::Info, finding_code::kBar0Denied, dev->bdf,
-                           "BAR0 mapping refused (" + errno_name(probe.err) +
-                               "): the driver owns the region and the kernel enforces strict "
-                               "devmem; chip not identified from NV_PMC_BOOT_0"});
+                           "BAR0 mapping refused (" + errno_name(probe.err) + "): " + why +
+                               "; chip not identified from NV_PMC_BOOT_0"});
     } else if (probe.state == Bar0State::Failed) {
       findings->push_back({Severity::Warning, finding_code::kBar0Failed, dev->bdf,
                            attrs.dir() + "/resource0: " + errno_text(probe.err)});
@@ -195,44 +201,44 @@ void read_device(AttributeReader& attrs, const std::string& relative, bool probe
 using DeviceMap = std::unordered_map<std::string, PciDevice*>;
 
 // The PCI function whose directory a resolved sysfs path runs through.
-PciDevice* owner_of(const std::string& path, const std::string& resolved_root,
-                    const DeviceMap& by_bdf) {
-  if (path.compare(0, resolved_root.size(), resolved_root) != 0) return nullptr;
-  auto owner = by_bdf.find(sysfs::last_bdf_component(path.substr(resolved_root.size())));
+PciDevice* owner_of(const std::string& path, const std::string& root, const DeviceMap& by_bdf) {
+  if (path.compare(0, root.size(), root) != 0) return nullptr;
+  auto owner = by_bdf.find(sysfs::last_bdf_component(path.substr(root.size())));
   return owner == by_bdf.end() ? nullptr : owner->second;
 }
 
 // Attaches the names under `<root>/<class_dir>` (net, infiniband, nvme) to the
 // PCI function their device path runs through; virtio puts one level between.
-void attach_class(const std::string& root, const std::string& resolved_root, const char* class_dir,
-                  const DeviceMap& by_bdf, std::vector<std::string> PciDevice::*names) {
+void attach_class(const std::string& root, const char* class_dir, const DeviceMap& by_bdf,
+                  std::vector<std::string> PciDevice::*names) {
   std::vector<std::string> entries;
   std::string dir = root + "/" + class_dir;
   if (sysfs::list_dir(dir, &entries) < 0) return;
   for (const std::string& entry : entries) {
     std::string path;
-    if (sysfs::resolve(dir + "/" + entry, &path) < 0) continue;
-    if (PciDevice* owner = owner_of(path, resolved_root, by_bdf)) (owner->*names).push_back(entry);
+    if (sysfs::resolve_link(dir + "/" + entry, &path) < 0) continue;
+    if (PciDevice* owner = owner_of(path, root, by_bdf)) (owner->*names).push_back(entry);
   }
 }
 
 // Block devices: a path through the PCI function, or for native NVMe
 // multipath a virtual head whose `multipath/` links lead to the controllers.
-void attach_block(const std::string& root, const std::string& resolved_root,
-                  const DeviceMap& by_bdf) {
+void attach_block(const std::string& root, const DeviceMap& by_bdf) {
   std::vector<std::string> disks;
   std::string dir = root + "/block";
   if (sysfs::list_dir(dir, &disks) < 0) return;
   for (const std::string& disk : disks) {
-    std::vector<std::string> links = {dir + "/" + disk};
+    std::string path;
+    if (sysfs::resolve_link(dir + "/" + disk, &path) < 0) continue;
+    std::vector<std::string> paths = {path};
     std::vector<std::string> legs;
-    if (sysfs::list_dir(dir + "/" + disk + "/multipath", &legs) == 0) {
-      for (const std::string& leg : legs) links.push_back(dir + "/" + disk + "/multipath/" + leg);
+    if (sysfs::list_dir(path + "/multipath", &legs) == 0) {
+      for (const std::string& leg : legs) {
+        if (sysfs::resolve_link(path + "/multipath/" + leg, &path) == 0) paths.push_back(path);
+      }
     }
-    for (const std::string& link : links) {
-      std::string path;
-      if (sysfs::resolve(link, &path) < 0) continue;
-      PciDevice* owner = owner_of(path, resolved_root, by_bdf);
+    for (const std::string& candidate : paths) {
+      PciDevice* owner = owner_of(candidate, root, by_bdf);
       if (owner == nullptr) continue;
       auto& names = owner->block_devices;
       if (std::find(names.begin(), names.end(), disk) == names.end()) names.push_back(disk);
@@ -244,39 +250,44 @@ void attach_block(const std::string& root, const std::string& resolved_root,
 
 const char* device_kind_name(DeviceKind kind) {
   switch (kind) {
-    case DeviceKind::Gpu: return "gpu";
-    case DeviceKind::Nic: return "nic";
-    case DeviceKind::Nvme: return "nvme";
-    case DeviceKind::Bridge: return "bridge";
-    case DeviceKind::Other: return "other";
+    case DeviceKind::Gpu:
+      return "gpu";
+    case DeviceKind::Nic:
+      return "nic";
+    case DeviceKind::Nvme:
+      return "nvme";
+    case DeviceKind::Bridge:
+      return "bridge";
+    case DeviceKind::Other:
+      return "other";
   }
   return "other";
 }
 
 int scan_pci_devices(const PciScanOptions& options, std::vector<PciDevice>* devices,
                      std::vector<Finding>* findings) {
-  std::string root = options.sysfs_root;
-  while (root.size() > 1 && root.back() == '/') root.pop_back();
-  std::string bus_dir = root + "/bus/pci/devices";
   std::vector<std::string> names;
-  int rc = sysfs::list_dir(bus_dir, &names);
+  int rc = sysfs::list_dir(options.sysfs_root + "/bus/pci/devices", &names);
   if (rc < 0) return rc;
-  std::string resolved_root;
-  rc = sysfs::resolve(root, &resolved_root);
+  // Everything below works on the canonical root, so that links can be
+  // followed lexically (sysfs::resolve_link).
+  std::string root;
+  rc = sysfs::resolve(options.sysfs_root, &root);
   if (rc < 0) return rc;
-  if (resolved_root == "/") resolved_root.clear();
+  if (root == "/") root.clear();
+  std::string bus_dir = root + "/bus/pci/devices";
 
   devices->clear();
   devices->reserve(names.size());
   for (const std::string& name : names) {
     std::string link = bus_dir + "/" + name;
     if (!sysfs::is_bdf(name)) {
-      findings->push_back({Severity::Warning, finding_code::kSysfsMalformed, "",
-                           link + ": not a PCI address"});
+      findings->push_back(
+          {Severity::Warning, finding_code::kSysfsMalformed, "", link + ": not a PCI address"});
       continue;
     }
     std::string path;
-    rc = sysfs::resolve(link, &path);
+    rc = sysfs::resolve_link(link, &path);
     if (rc < 0) {
       bool dangling = rc == -ENOENT;
       findings->push_back(
@@ -285,7 +296,7 @@ int scan_pci_devices(const PciScanOptions& options, std::vector<PciDevice>* devi
            link + (dangling ? ": link points to nothing" : ": " + errno_text(-rc))});
       continue;
     }
-    if (path.compare(0, resolved_root.size() + 1, resolved_root + "/") != 0) {
+    if (path.compare(0, root.size() + 1, root + "/") != 0) {
       findings->push_back({Severity::Warning, finding_code::kSysfsMalformed, name,
                            link + ": resolves outside the sysfs root, to " + path});
       continue;
@@ -294,16 +305,16 @@ int scan_pci_devices(const PciScanOptions& options, std::vector<PciDevice>* devi
     dev.bdf = name;
     dev.path = path;
     AttributeReader attrs(path, name, findings);
-    read_device(attrs, path.substr(resolved_root.size()), options.probe_bar0, &dev, findings);
+    read_device(attrs, path.substr(root.size()), options.probe_bar0, &dev, findings);
     devices->push_back(std::move(dev));
   }
 
   DeviceMap by_bdf;
   for (PciDevice& dev : *devices) by_bdf[dev.bdf] = &dev;
-  attach_class(root, resolved_root, "class/net", by_bdf, &PciDevice::net_interfaces);
-  attach_class(root, resolved_root, "class/infiniband", by_bdf, &PciDevice::ib_devices);
-  attach_class(root, resolved_root, "class/nvme", by_bdf, &PciDevice::nvme_controllers);
-  attach_block(root, resolved_root, by_bdf);
+  attach_class(root, "class/net", by_bdf, &PciDevice::net_interfaces);
+  attach_class(root, "class/infiniband", by_bdf, &PciDevice::ib_devices);
+  attach_class(root, "class/nvme", by_bdf, &PciDevice::nvme_controllers);
+  attach_block(root, by_bdf);
   return 0;
 }
 

@@ -111,21 +111,30 @@ void write_device(JsonWriter& json, const PciDevice& dev) {
   json.key("bars").begin_array();
   for (const Bar& bar : dev.bars) {
     json.begin_object()
-        .key("index").value(bar.index)
-        .key("start").value(bar.start)
-        .key("size").value(bar.size)
-        .key("is_64bit").value(bar.is_64bit)
-        .key("prefetchable").value(bar.prefetchable)
-        .key("io").value(bar.is_io)
+        .key("index")
+        .value(bar.index)
+        .key("start")
+        .value(bar.start)
+        .key("size")
+        .value(bar.size)
+        .key("is_64bit")
+        .value(bar.is_64bit)
+        .key("prefetchable")
+        .value(bar.prefetchable)
+        .key("io")
+        .value(bar.is_io)
         .end_object();
   }
   json.end_array();
   json.key("acs");
   if (dev.config.acs) {
     json.begin_object()
-        .key("capability").value(static_cast<int>(dev.config.acs->capability))
-        .key("control").value(static_cast<int>(dev.config.acs->control))
-        .key("redirect").value(dev.config.acs->redirects_peer_traffic())
+        .key("capability")
+        .value(static_cast<int>(dev.config.acs->capability))
+        .key("control")
+        .value(static_cast<int>(dev.config.acs->control))
+        .key("redirect")
+        .value(dev.config.acs->redirects_peer_traffic())
         .end_object();
   } else {
     json.null();
@@ -202,10 +211,14 @@ std::string topology_json(const Topology& topo) {
   json.key("findings").begin_array();
   for (const Finding& f : topo.findings) {
     json.begin_object()
-        .key("severity").value(severity_name(f.severity))
-        .key("code").value(f.code)
-        .key("device").value(f.device)
-        .key("message").value(f.message)
+        .key("severity")
+        .value(severity_name(f.severity))
+        .key("code")
+        .value(f.code)
+        .key("device")
+        .value(f.device)
+        .key("message")
+        .value(f.message)
         .end_object();
   }
   json.end_array();
@@ -236,8 +249,8 @@ std::string topology_text(const Topology& topo) {
     const PciDevice& dev = topo.devices[matrix.members[r]];
     char ids[16];
     std::snprintf(ids, sizeof ids, "%04x:%04x", dev.vendor, dev.device);
-    std::string line = "  " + pad(matrix.labels[r], width) + dev.bdf + "  " + ids + "  " +
-                       link_text(dev.link);
+    std::string line =
+        "  " + pad(matrix.labels[r], width) + dev.bdf + "  " + ids + "  " + link_text(dev.link);
     if (dev.kind == DeviceKind::Gpu) {
       const Bar* bar1 = nvidia_bar1(dev.bars);
       line += bar1 ? "  BAR1 " + format_bar_size(bar1->size) : "  BAR1 none";

@@ -25,8 +25,9 @@ int read_text(const std::string& path, std::string* out) {
       result = -errno;
       break;
     }
-    if (n == 0) break;
     text.append(buf, static_cast<size_t>(n));
+    // sysfs returns an attribute in one read; a short read is the end.
+    if (static_cast<size_t>(n) < sizeof buf) break;
   }
   ::close(fd);
   if (result < 0) return result;
@@ -50,6 +51,44 @@ int resolve(const std::string& path, std::string* out) {
   char buf[PATH_MAX];
   if (::realpath(path.c_str(), buf) == nullptr) return -errno;
   out->assign(buf);
+  return 0;
+}
+
+std::string normalize_path(std::string_view path) {
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string_view::npos) end = path.size();
+    std::string_view part = path.substr(start, end - start);
+    if (part == "..") {
+      if (!parts.empty()) parts.pop_back();
+    } else if (!part.empty() && part != ".") {
+      parts.push_back(part);
+    }
+    start = end + 1;
+  }
+  std::string out;
+  for (std::string_view part : parts) {
+    out += '/';
+    out += part;
+  }
+  return out.empty() ? "/" : out;
+}
+
+int resolve_link(const std::string& path, std::string* out) {
+  std::string target;
+  int rc = read_link(path, &target);
+  if (rc == -EINVAL) {
+    target = path;  // not a link
+  } else if (rc < 0) {
+    return rc;
+  } else if (target.empty() || target[0] != '/') {
+    target = path.substr(0, path.rfind('/') + 1) + target;
+  }
+  std::string resolved = normalize_path(target);
+  if (::access(resolved.c_str(), F_OK) < 0) return -errno;
+  *out = std::move(resolved);
   return 0;
 }
 
@@ -86,7 +125,8 @@ std::optional<uint64_t> parse_digits(std::string_view text, int base) {
 }  // namespace
 
 std::optional<uint64_t> parse_hex(std::string_view text) {
-  if (text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X')) text.remove_prefix(2);
+  if (text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X'))
+    text.remove_prefix(2);
   return parse_digits(text, 16);
 }
 

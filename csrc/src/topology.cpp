@@ -28,12 +28,18 @@ double monotonic_seconds() {
 
 const char* level_name(Level level) {
   switch (level) {
-    case Level::Self: return "X";
-    case Level::Pix: return "PIX";
-    case Level::Pxb: return "PXB";
-    case Level::Phb: return "PHB";
-    case Level::Node: return "NODE";
-    case Level::Sys: return "SYS";
+    case Level::Self:
+      return "X";
+    case Level::Pix:
+      return "PIX";
+    case Level::Pxb:
+      return "PXB";
+    case Level::Phb:
+      return "PHB";
+    case Level::Node:
+      return "NODE";
+    case Level::Sys:
+      return "SYS";
   }
   return "SYS";
 }
@@ -50,9 +56,12 @@ std::string switch_of(const std::vector<std::string>& chain, size_t position,
   const PciDevice* bridge = found == index.end() ? nullptr : found->second;
   if (bridge != nullptr && bridge->config.port_type) {
     switch (*bridge->config.port_type) {
-      case PortType::RootPort: return "";
-      case PortType::SwitchDownstream: return position > 0 ? chain[position - 1] : chain[position];
-      default: return chain[position];
+      case PortType::RootPort:
+        return "";
+      case PortType::SwitchDownstream:
+        return position > 0 ? chain[position - 1] : chain[position];
+      default:
+        return chain[position];
     }
   }
   // Heuristic without config space: a root port sits directly on the host
@@ -137,6 +146,7 @@ Topology scan(const ScanOptions& options) {
   check_bar1(topo.devices, &topo.findings);
   check_acs(topo.devices, index, &topo.findings);
   check_numa(topo.devices, topo.numa_nodes, &topo.findings);
+  check_config_access(topo.devices, &topo.findings);
   std::stable_sort(topo.findings.begin(), topo.findings.end(),
                    [](const Finding& x, const Finding& y) { return x.severity > y.severity; });
   topo.scan_seconds = monotonic_seconds() - started;

@@ -58,7 +58,8 @@ void check_links(const std::vector<PciDevice>& devices, const DeviceIndex& index
         findings->push_back(
             {gpu ? Severity::Info : Severity::Warning, finding_code::kLinkSpeedDegraded, dev.bdf,
              std::string(device_kind_name(dev.kind)) + " link at " +
-                 format_link_speed(*link.speed_gts) + ", both ends support " + format_link_speed(capable) +
+                 format_link_speed(*link.speed_gts) + ", both ends support " +
+                 format_link_speed(capable) +
                  (gpu ? " (an idle GPU lowers its link speed; check under load)" : "")});
       }
     }
@@ -118,17 +119,31 @@ void check_acs(const std::vector<PciDevice>& devices, const DeviceIndex& index,
 void check_numa(const std::vector<PciDevice>& devices, int numa_nodes,
                 std::vector<Finding>* findings) {
   for (const PciDevice& dev : devices) {
-    bool placed_kind = dev.kind == DeviceKind::Gpu || dev.kind == DeviceKind::Nic ||
-                       dev.kind == DeviceKind::Nvme;
+    bool placed_kind =
+        dev.kind == DeviceKind::Gpu || dev.kind == DeviceKind::Nic || dev.kind == DeviceKind::Nvme;
     if (!placed_kind || dev.numa_node >= 0) continue;
     // With one NUMA node there is nothing to get wrong; with several, CPU and
     // memory binding for this device is guesswork.
-    findings->push_back({numa_nodes > 1 ? Severity::Warning : Severity::Info,
-                         finding_code::kNumaUnknown, dev.bdf,
-                         std::string(device_kind_name(dev.kind)) +
-                             " reports NUMA node -1 (the node has " + std::to_string(numa_nodes) +
-                             " NUMA node(s))"});
+    findings->push_back(
+        {numa_nodes > 1 ? Severity::Warning : Severity::Info, finding_code::kNumaUnknown, dev.bdf,
+         std::string(device_kind_name(dev.kind)) + " reports NUMA node -1 (the node has " +
+             std::to_string(numa_nodes) + " NUMA node(s))"});
   }
+}
+
+void check_config_access(const std::vector<PciDevice>& devices, std::vector<Finding>* findings) {
+  std::vector<const PciDevice*> blind;
+  for (const PciDevice& dev : devices) {
+    bool pci_bridge = dev.kind == DeviceKind::Bridge && (dev.class_code >> 8) != 0x0600;
+    if (pci_bridge && !dev.config.port_type) blind.push_back(&dev);
+  }
+  if (blind.empty()) return;
+  findings->push_back(
+      {Severity::Info, finding_code::kConfigUnreadable, blind.front()->bdf,
+       "config space of " + std::to_string(blind.size()) +
+           " bridge(s) not readable past the header (run as root for all of it): switches are "
+           "grouped by position (root port, then upstream/downstream pairs) and ACS is not "
+           "checked"});
 }
 
 void check_gpu_count(const std::vector<PciDevice>& devices, int expect_gpus,
@@ -137,9 +152,9 @@ void check_gpu_count(const std::vector<PciDevice>& devices, int expect_gpus,
   auto gpus = std::count_if(devices.begin(), devices.end(),
                             [](const PciDevice& d) { return d.kind == DeviceKind::Gpu; });
   if (gpus < expect_gpus) {
-    findings->push_back({Severity::Error, finding_code::kGpuCountLow, "",
-                         "found " + std::to_string(gpus) + " GPU(s), expected " +
-                             std::to_string(expect_gpus)});
+    findings->push_back(
+        {Severity::Error, finding_code::kGpuCountLow, "",
+         "found " + std::to_string(gpus) + " GPU(s), expected " + std::to_string(expect_gpus)});
   }
 }
 

@@ -26,8 +26,8 @@ struct LinkInfo {
 
 struct PciDevice {
   std::string bdf;
-  std::string path;      // resolved device directory
-  std::string root_bus;  // "pci0000:00": the host bridge the device hangs below
+  std::string path;                   // resolved device directory
+  std::string root_bus;               // "pci0000:00": the host bridge the device hangs below
   std::vector<std::string> upstream;  // bridges from the root port down to the parent
   uint16_t vendor = 0;
   uint16_t device = 0;

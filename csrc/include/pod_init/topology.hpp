@@ -40,7 +40,7 @@ std::vector<std::string> bridges_between(const PciDevice& a, const PciDevice& b)
 Level classify(const PciDevice& a, const PciDevice& b, const DeviceIndex& index);
 
 struct Matrix {
-  std::vector<size_t> members;  // indices into Topology::devices: GPUs, NICs, NVMe
+  std::vector<size_t> members;      // indices into Topology::devices: GPUs, NICs, NVMe
   std::vector<std::string> labels;  // GPU0.., NIC0.., NVME0..
   std::vector<std::vector<Level>> rows;
 };

@@ -1,5 +1,5 @@
 // Checks over a scanned topology: degraded links, small BAR1, ACS redirect on
-// peer paths, unknown NUMA placement, missing GPUs.
+// peer paths, unknown NUMA placement, missing GPUs, unreadable config space.
 #pragma once
 
 #include <vector>
@@ -18,6 +18,9 @@ void check_acs(const std::vector<PciDevice>& devices, const DeviceIndex& index,
                std::vector<Finding>* findings);
 void check_numa(const std::vector<PciDevice>& devices, int numa_nodes,
                 std::vector<Finding>* findings);
+// Says once when bridges' config space could not be read past the header (an
+// unprivileged scan), since switch grouping then falls back to the heuristic.
+void check_config_access(const std::vector<PciDevice>& devices, std::vector<Finding>* findings);
 void check_gpu_count(const std::vector<PciDevice>& devices, int expect_gpus,
                      std::vector<Finding>* findings);
 

@@ -1,0 +1,81 @@
+"""Both command lines: usage errors, exit codes, and that they print the same."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+from conftest import run
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["bogus"],
+        ["topo", "--frobnicate"],
+        ["topo", "--expect-gpus"],
+        ["topo", "--expect-gpus", "-1"],
+        ["topo", "--expect-gpus", "many"],
+        ["topo", "--sysfs-root"],
+    ],
+)
+def test_usage_errors_exit_2(pod_init_bin, pyinit_bin, args):
+    for tool in (pod_init_bin, pyinit_bin):
+        proc = run([tool, *args])
+        assert proc.returncode == 2, (tool, args, proc.stderr)
+        assert proc.stdout == ""
+        assert "usage:" in proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
+def test_help_exits_0(pod_init_bin, pyinit_bin):
+    for tool in (pod_init_bin, pyinit_bin):
+        proc = run([tool, "topo", "--help"])
+        assert proc.returncode == 0 and "--sysfs-root" in proc.stdout
+
+
+def test_both_commands_print_the_same(pod_init_bin, pyinit_bin, eightgpu_tree):
+    outputs = {}
+    for tool in (pod_init_bin, pyinit_bin):
+        for fmt in ([], ["--json"]):
+            proc = run([tool, "topo", "--sysfs-root", eightgpu_tree, *fmt])
+            assert proc.returncode == 1
+            outputs[(tool.name, bool(fmt))] = proc.stdout
+    native_doc = json.loads(outputs[("pod-init", True)])
+    python_doc = json.loads(outputs[("pyinit", True)])
+    native_doc.pop("scan_seconds"), python_doc.pop("scan_seconds")
+    assert native_doc == python_doc
+
+    def without_timing(text: str) -> str:
+        return "\n".join(line for line in text.splitlines() if not line.startswith("Scanned"))
+
+    assert without_timing(outputs[("pod-init", False)]) == without_timing(
+        outputs[("pyinit", False)]
+    )
+
+
+def test_human_output_has_matrix_legend_and_findings(pod_init_bin, eightgpu_tree):
+    text = run([pod_init_bin, "topo", "--sysfs-root", eightgpu_tree]).stdout
+    header = text.splitlines()[0].split()
+    assert header[:3] == ["GPU0", "GPU1", "GPU2"] and header[-4:] == [
+        "CPU",
+        "Affinity",
+        "NUMA",
+        "Affinity",
+    ]
+    assert text.splitlines()[1].split()[:3] == ["GPU0", "X", "PIX"]
+    assert "PIX  = Connection traversing at most one PCIe switch" in text
+    assert "error   BAR1_SMALL           0000:84:00.0" in text
+    assert "GPU5   0000:84:00.0  10de:2335  x16 @ 32 GT/s (max x16 @ 32 GT/s)  BAR1 256 MiB" in text
+
+
+def test_pod_init_is_fully_static(pod_init_bin):
+    data = pod_init_bin.read_bytes()
+    assert data[:4] == b"\x7fELF" and data[4] == 2  # 64-bit
+    (phoff,) = struct.unpack_from("<Q", data, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    types = [struct.unpack_from("<I", data, phoff + i * phentsize)[0] for i in range(phnum)]
+    pt_interp, pt_dynamic = 3, 2
+    assert pt_interp not in types and pt_dynamic not in types
