@@ -82,18 +82,13 @@ class AttributeReader {
 // bridge component and the chain of functions.
 void parse_device_path(const std::string& relative, std::string* root_bus,
                        std::vector<std::string>* functions) {
-  std::string previous;
-  size_t start = 0;
-  while (start <= relative.size()) {
-    size_t end = relative.find('/', start);
-    if (end == std::string::npos) end = relative.size();
-    std::string part = relative.substr(start, end - start);
+  std::string_view previous;
+  for (std::string_view part : sysfs::split_path(relative)) {
     if (sysfs::is_bdf(part)) {
-      if (functions->empty()) *root_bus = previous;
-      functions->push_back(part);
+      if (functions->empty()) *root_bus = std::string(previous);
+      functions->emplace_back(part);
     }
     previous = part;
-    start = end + 1;
   }
 }
 

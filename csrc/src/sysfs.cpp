@@ -54,19 +54,26 @@ int resolve(const std::string& path, std::string* out) {
   return 0;
 }
 
-std::string normalize_path(std::string_view path) {
+std::vector<std::string_view> split_path(std::string_view path) {
   std::vector<std::string_view> parts;
   size_t start = 0;
   while (start <= path.size()) {
     size_t end = path.find('/', start);
     if (end == std::string_view::npos) end = path.size();
-    std::string_view part = path.substr(start, end - start);
+    if (end > start) parts.push_back(path.substr(start, end - start));
+    start = end + 1;
+  }
+  return parts;
+}
+
+std::string normalize_path(std::string_view path) {
+  std::vector<std::string_view> parts;
+  for (std::string_view part : split_path(path)) {
     if (part == "..") {
       if (!parts.empty()) parts.pop_back();
-    } else if (!part.empty() && part != ".") {
+    } else if (part != ".") {
       parts.push_back(part);
     }
-    start = end + 1;
   }
   std::string out;
   for (std::string_view part : parts) {
@@ -172,13 +179,8 @@ bool is_bdf(std::string_view name) {
 
 std::string last_bdf_component(std::string_view path) {
   std::string found;
-  size_t start = 0;
-  while (start <= path.size()) {
-    size_t end = path.find('/', start);
-    if (end == std::string_view::npos) end = path.size();
-    std::string_view part = path.substr(start, end - start);
+  for (std::string_view part : split_path(path)) {
     if (is_bdf(part)) found = std::string(part);
-    start = end + 1;
   }
   return found;
 }

@@ -32,6 +32,8 @@ std::optional<int64_t> parse_int(std::string_view text);   // decimal, optional 
 // "32.0 GT/s PCIe", "8 GT/s", "2.5 GT/s"; nullopt for "Unknown" or garbage.
 std::optional<double> parse_link_speed(std::string_view text);
 std::string_view basename(std::string_view path);
+// Non-empty components of a path, in order.
+std::vector<std::string_view> split_path(std::string_view path);
 
 // True for "DDDD:BB:DD.F" (domain may have more than four hex digits, as VMD domains do).
 bool is_bdf(std::string_view name);
