@@ -4,6 +4,7 @@ the subpackages."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 EXIT_FINDINGS = 1
@@ -43,12 +44,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.handler(args)
+        status = args.handler(args)
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        # The reader left (`pyinit topo | head`); silence the flush at exit too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FINDINGS
     except OSError as e:
         where = f"{e.filename}: " if e.filename else ""
         print(f"pyinit: {where}{e.strerror or e}", file=sys.stderr)
-        return EXIT_FINDINGS
-    except BrokenPipeError:
         return EXIT_FINDINGS
 
 

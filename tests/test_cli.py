@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+import subprocess
 
 import pytest
 from conftest import run
@@ -79,3 +80,15 @@ def test_pod_init_is_fully_static(pod_init_bin):
     types = [struct.unpack_from("<I", data, phoff + i * phentsize)[0] for i in range(phnum)]
     pt_interp, pt_dynamic = 3, 2
     assert pt_interp not in types and pt_dynamic not in types
+
+
+def test_closed_pipe_is_quiet(pyinit_bin, eightgpu_tree):
+    # `true` has exited long before Python starts writing: the write meets EPIPE.
+    proc = subprocess.run(
+        f"'{pyinit_bin}' topo --json --sysfs-root '{eightgpu_tree}' | true",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.stderr == ""
