@@ -1,0 +1,46 @@
+// Multi-node host lists without DNS: hostfiles of IP addresses, SLURM's
+// compressed node lists, this node's rank among them, /etc/hosts lines.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pod_init {
+
+struct HostEntry {
+  std::string address;  // canonical text form of the IP address, or a name when names are allowed
+  int slots = 0;        // 0: not given
+  int line = 0;         // 1-based line in the hostfile
+};
+
+struct HostListError {
+  int line = 0;  // 0: not tied to a line
+  std::string message;
+};
+
+// One host per line: `ADDRESS [slots=N]`; `#` starts a comment; blank lines
+// are skipped. Names that are not IP addresses are an error unless
+// `allow_names`. Duplicates are an error. Returns 0 or -EINVAL with `error`.
+int parse_hostfile(std::string_view text, bool allow_names, std::vector<HostEntry>* hosts,
+                   HostListError* error);
+
+// "node[01-03,07],gpu-a" -> node01 node02 node03 node07 gpu-a. Several bracket
+// groups in one name expand as a product. Returns 0 or -EINVAL with `error`.
+int expand_nodelist(std::string_view list, std::vector<std::string>* names, HostListError* error);
+
+// The index of the one host whose address is among `own_addresses`; -ENOENT
+// when none is, -EEXIST when several are, each with `error` naming the lines.
+int find_own_rank(const std::vector<HostEntry>& hosts,
+                  const std::vector<std::string>& own_addresses, int* rank, HostListError* error);
+
+// The addresses of this machine's interfaces (getifaddrs), canonical text.
+int local_addresses(std::vector<std::string>* addresses);
+
+// "ADDRESS node-K" lines, node 0 first: the master is node-0.
+std::string hosts_lines(const std::vector<HostEntry>& hosts);
+
+// Canonical text of an IPv4/IPv6 address; "" when `text` is not one.
+std::string canonical_address(std::string_view text);
+
+}  // namespace pod_init
