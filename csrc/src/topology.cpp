@@ -50,25 +50,24 @@ DeviceIndex index_by_bdf(const std::vector<PciDevice>& devices) {
   return index;
 }
 
+PortType port_type_by_position(size_t position) {
+  if (position == 0) return PortType::RootPort;
+  return position % 2 == 1 ? PortType::SwitchUpstream : PortType::SwitchDownstream;
+}
+
 std::string switch_of(const std::vector<std::string>& chain, size_t position,
                       const DeviceIndex& index) {
   auto found = index.find(chain[position]);
   const PciDevice* bridge = found == index.end() ? nullptr : found->second;
-  if (bridge != nullptr && bridge->config.port_type) {
-    switch (*bridge->config.port_type) {
-      case PortType::RootPort:
-        return "";
-      case PortType::SwitchDownstream:
-        return position > 0 ? chain[position - 1] : chain[position];
-      default:
-        return chain[position];
-    }
+  bool known = bridge != nullptr && bridge->config.port_type;
+  switch (known ? *bridge->config.port_type : port_type_by_position(position)) {
+    case PortType::RootPort:
+      return "";
+    case PortType::SwitchDownstream:
+      return position > 0 ? chain[position - 1] : chain[position];
+    default:
+      return chain[position];
   }
-  // Heuristic without config space: a root port sits directly on the host
-  // bridge, and below it every switch shows as an upstream port followed by
-  // one of its downstream ports.
-  if (position == 0) return "";
-  return position % 2 == 1 ? chain[position] : chain[position - 1];
 }
 
 std::vector<std::string> bridges_between(const PciDevice& a, const PciDevice& b) {

@@ -12,11 +12,7 @@ namespace {
 // at the child; this keeps one finding per physical link.
 bool reports_own_upstream_link(const PciDevice& dev) {
   std::optional<PortType> type = dev.config.port_type;
-  if (!type && dev.kind == DeviceKind::Bridge) {
-    size_t position = dev.upstream.size();  // same heuristic as switch_of()
-    if (position == 0) return false;
-    type = position % 2 == 1 ? PortType::SwitchUpstream : PortType::SwitchDownstream;
-  }
+  if (!type && dev.kind == DeviceKind::Bridge) type = port_type_by_position(dev.upstream.size());
   return !type || (*type != PortType::RootPort && *type != PortType::SwitchDownstream);
 }
 

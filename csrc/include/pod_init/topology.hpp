@@ -27,6 +27,11 @@ const char* level_name(Level level);
 using DeviceIndex = std::unordered_map<std::string, const PciDevice*>;
 DeviceIndex index_by_bdf(const std::vector<PciDevice>& devices);
 
+// Without config space, a bridge's role from its place in a chain: the first
+// below a host bridge is a root port, then upstream/downstream pairs follow,
+// one pair per switch.
+PortType port_type_by_position(size_t position);
+
 // The switch a bridge belongs to, named by the switch's upstream port; "" for
 // a root port. From the config-space port type where it was readable, else by
 // position in the chain: root port first, then upstream/downstream pairs.
