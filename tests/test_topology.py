@@ -139,6 +139,18 @@ def test_names_of_nics_and_nvme(eightgpu_tree):
     assert (multipath.nvme_controllers, multipath.block_devices) == (("nvme1",), ("nvme1n1",))
 
 
+def test_nvme_multipath_head_with_two_controllers(fresh_8gpu):
+    # A second controller (on another PCI function) reaches the same namespace head.
+    ctrl = fresh_8gpu.paths["0000:06:00.0"] / "nvme/nvme0"
+    leg = ctrl / "nvme0c0n1"
+    leg.mkdir()
+    head = fresh_8gpu.root / "devices/virtual/nvme-subsystem/nvme-subsys1/nvme1n1"
+    (head / "multipath" / leg.name).symlink_to(os.path.relpath(leg, head / "multipath"))
+    topo = pyinit.scan(fresh_8gpu.root)
+    assert "nvme1n1" in topo.device("0000:06:00.0").block_devices
+    assert topo.device("0000:86:00.0").block_devices == ("nvme1n1",)
+
+
 def test_bars_bare_metal_layout_and_chip(eightgpu_tree):
     gpu = pyinit.scan(eightgpu_tree).device("0000:03:00.0")
     assert [(b.index, b.is_64bit, b.prefetchable) for b in gpu.bars] == [

@@ -223,13 +223,14 @@ void attach_block(const std::string& root, const DeviceMap& by_bdf) {
   std::string dir = root + "/block";
   if (sysfs::list_dir(dir, &disks) < 0) return;
   for (const std::string& disk : disks) {
-    std::string path;
-    if (sysfs::resolve_link(dir + "/" + disk, &path) < 0) continue;
-    std::vector<std::string> paths = {path};
+    std::string head;
+    if (sysfs::resolve_link(dir + "/" + disk, &head) < 0) continue;
+    std::vector<std::string> paths = {head};
     std::vector<std::string> legs;
-    if (sysfs::list_dir(path + "/multipath", &legs) == 0) {
+    if (sysfs::list_dir(head + "/multipath", &legs) == 0) {
       for (const std::string& leg : legs) {
-        if (sysfs::resolve_link(path + "/multipath/" + leg, &path) == 0) paths.push_back(path);
+        std::string path;
+        if (sysfs::resolve_link(head + "/multipath/" + leg, &path) == 0) paths.push_back(path);
       }
     }
     for (const std::string& candidate : paths) {
