@@ -44,11 +44,14 @@ class AttributeReader {
     return std::string(sysfs::basename(target));
   }
 
-  template <typename T>
-  std::optional<T> parsed(const char* name, const std::optional<std::string>& text,
-                          std::optional<T> value) {
-    if (text && !value) malformed(name, *text);
-    return text ? value : std::nullopt;
+  // `parse` applied to an attribute that was read; content it rejects is a finding.
+  template <typename Parse>
+  auto parsed(const char* name, const std::optional<std::string>& text, Parse parse)
+      -> decltype(parse(std::string_view())) {
+    if (!text) return std::nullopt;
+    auto value = parse(*text);
+    if (!value) malformed(name, *text);
+    return value;
   }
 
   void malformed(const char* name, const std::string& content) {
@@ -93,25 +96,23 @@ void parse_device_path(const std::string& relative, std::string* root_bus,
 }
 
 void read_link_state(AttributeReader& attrs, PciDevice* dev) {
-  auto speed_text = attrs.optional("current_link_speed");
-  auto max_speed_text = attrs.optional("max_link_speed");
-  auto width_text = attrs.optional("current_link_width");
-  auto max_width_text = attrs.optional("max_link_width");
-  // "Unknown" is what the kernel writes for a link it cannot read (link down).
-  auto speed = [&attrs](const char* name, const std::optional<std::string>& text) {
-    if (!text || *text == "Unknown") return std::optional<double>();
-    return attrs.parsed(name, text, sysfs::parse_link_speed(*text));
+  auto speed = [&attrs](const char* name) {
+    auto text = attrs.optional(name);
+    // "Unknown" is what the kernel writes for a link it cannot read (link down).
+    if (text && *text == "Unknown") return std::optional<double>();
+    return attrs.parsed(name, text, sysfs::parse_link_speed);
   };
-  auto width = [&attrs](const char* name, const std::optional<std::string>& text) {
-    std::optional<int64_t> value = text ? sysfs::parse_int(*text) : std::nullopt;
-    if (value && (*value < 0 || *value > 64)) value.reset();
-    auto parsed = attrs.parsed(name, text, value);
-    return parsed ? std::optional<int>(static_cast<int>(*parsed)) : std::nullopt;
+  auto width = [&attrs](const char* name) {
+    return attrs.parsed(name, attrs.optional(name), [](std::string_view text) {
+      auto value = sysfs::parse_int(text);
+      bool lanes = value && *value >= 0 && *value <= 64;
+      return lanes ? std::optional<int>(static_cast<int>(*value)) : std::nullopt;
+    });
   };
-  dev->link.speed_gts = speed("current_link_speed", speed_text);
-  dev->link.max_speed_gts = speed("max_link_speed", max_speed_text);
-  dev->link.width = width("current_link_width", width_text);
-  dev->link.max_width = width("max_link_width", max_width_text);
+  dev->link.speed_gts = speed("current_link_speed");
+  dev->link.max_speed_gts = speed("max_link_speed");
+  dev->link.width = width("current_link_width");
+  dev->link.max_width = width("max_link_width");
 }
 
 void read_device(AttributeReader& attrs, const std::string& relative, bool probe_bar0,
@@ -125,30 +126,20 @@ void read_device(AttributeReader& attrs, const std::string& relative, bool probe
   }
   dev->upstream = std::move(functions);
 
-  auto vendor_text = attrs.required("vendor");
-  auto device_text = attrs.required("device");
-  auto class_text = attrs.required("class");
-  auto vendor = attrs.parsed("vendor", vendor_text,
-                             vendor_text ? sysfs::parse_hex(*vendor_text) : std::nullopt);
-  auto device = attrs.parsed("device", device_text,
-                             device_text ? sysfs::parse_hex(*device_text) : std::nullopt);
-  auto class_code =
-      attrs.parsed("class", class_text, class_text ? sysfs::parse_hex(*class_text) : std::nullopt);
+  auto vendor = attrs.parsed("vendor", attrs.required("vendor"), sysfs::parse_hex);
+  auto device = attrs.parsed("device", attrs.required("device"), sysfs::parse_hex);
+  auto class_code = attrs.parsed("class", attrs.required("class"), sysfs::parse_hex);
   dev->vendor = static_cast<uint16_t>(vendor.value_or(0));
   dev->device = static_cast<uint16_t>(device.value_or(0));
   dev->class_code = static_cast<uint32_t>(class_code.value_or(0));
   dev->kind = kind_of(dev->vendor, dev->class_code);
 
   dev->driver = attrs.link_basename("driver").value_or("");
-  auto numa_text = attrs.optional("numa_node");
-  auto numa =
-      attrs.parsed("numa_node", numa_text, numa_text ? sysfs::parse_int(*numa_text) : std::nullopt);
+  auto numa = attrs.parsed("numa_node", attrs.optional("numa_node"), sysfs::parse_int);
   dev->numa_node = numa && *numa >= 0 && *numa < 65536 ? static_cast<int>(*numa) : -1;
   dev->local_cpulist = attrs.optional("local_cpulist").value_or("");
-  if (auto group = attrs.link_basename("iommu_group")) {
-    auto value = attrs.parsed("iommu_group", group, sysfs::parse_int(*group));
-    dev->iommu_group = value ? static_cast<int>(*value) : -1;
-  }
+  auto group = attrs.parsed("iommu_group", attrs.link_basename("iommu_group"), sysfs::parse_int);
+  dev->iommu_group = group ? static_cast<int>(*group) : -1;
   read_link_state(attrs, dev);
 
   if (auto resource = attrs.required("resource")) {
