@@ -6,18 +6,13 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <sstream>
 
+#include "pod_init/line_input.hpp"
 #include "pod_init/sysfs.hpp"
 
 namespace pod_init {
 
 namespace {
-
-int fail(HostListError* error, int line, std::string message) {
-  *error = {line, std::move(message)};
-  return -EINVAL;
-}
 
 std::string_view trim(std::string_view text) {
   while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
@@ -30,7 +25,7 @@ std::string_view trim(std::string_view text) {
 bool valid_name(std::string_view name) {
   return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-           c == '.' || c == '_';
+           c == '.' || c == '_' || c == ':';  // ':' for IPv6 literals
   });
 }
 
@@ -53,23 +48,23 @@ std::vector<std::string_view> split_top_level(std::string_view list) {
 }
 
 // Expands "a[1-3,7]b[..]" recursively, bracket group by bracket group.
-int expand_item(std::string_view item, std::vector<std::string>* names, HostListError* error) {
+int expand_item(std::string_view item, std::vector<std::string>* names, LineError* error) {
   size_t open = item.find('[');
   if (open == std::string_view::npos) {
     if (item.find(']') != std::string_view::npos || !valid_name(item)) {
-      return fail(error, 0, "bad node name '" + std::string(item) + "'");
+      return fail_line(error, 0, "bad node name '" + std::string(item) + "'");
     }
     names->emplace_back(item);
     return 0;
   }
   size_t close = item.find(']', open);
   if (close == std::string_view::npos) {
-    return fail(error, 0, "unclosed '[' in '" + std::string(item) + "'");
+    return fail_line(error, 0, "unclosed '[' in '" + std::string(item) + "'");
   }
   std::string prefix(item.substr(0, open));
   std::string_view ranges = item.substr(open + 1, close - open - 1);
   std::string_view rest = item.substr(close + 1);
-  if (ranges.empty()) return fail(error, 0, "empty range in '" + std::string(item) + "'");
+  if (ranges.empty()) return fail_line(error, 0, "empty range in '" + std::string(item) + "'");
   for (std::string_view range : split_top_level(ranges)) {
     size_t dash = range.find('-');
     std::string_view low_text = range.substr(0, dash);
@@ -77,8 +72,8 @@ int expand_item(std::string_view item, std::vector<std::string>* names, HostList
     auto low = sysfs::parse_int(low_text);
     auto high = sysfs::parse_int(high_text);
     if (!low || !high || *low < 0 || *high < *low || *high - *low > 100000) {
-      return fail(error, 0,
-                  "bad range '" + std::string(range) + "' in '" + std::string(item) + "'");
+      return fail_line(error, 0,
+                       "bad range '" + std::string(range) + "' in '" + std::string(item) + "'");
     }
     for (int64_t n = *low; n <= *high; ++n) {
       std::string digits = std::to_string(n);
@@ -108,59 +103,55 @@ std::string canonical_address(std::string_view text) {
 }
 
 int parse_hostfile(std::string_view text, bool allow_names, std::vector<HostEntry>* hosts,
-                   HostListError* error) {
+                   LineError* error) {
   hosts->clear();
-  int line_no = 0;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view line = text.substr(start, end - start);
-    start = end + 1;
-    ++line_no;
-    line = trim(line.substr(0, line.find('#')));
-    if (line.empty()) continue;
-
-    std::istringstream fields{std::string(line)};
-    std::string host, extra;
-    fields >> host;
-    HostEntry entry;
-    entry.line = line_no;
-    while (fields >> extra) {
+  int rc = for_each_fields_line(text, [&](int line_no, const std::vector<std::string>& fields) {
+    int slots = 0;
+    for (size_t i = 1; i < fields.size(); ++i) {
+      const std::string& extra = fields[i];
       if (extra.rfind("slots=", 0) != 0) {
-        return fail(error, line_no, "unexpected '" + extra + "' (expected slots=N)");
+        return fail_line(error, line_no, "unexpected '" + extra + "' (expected slots=N)");
       }
-      auto slots = sysfs::parse_int(extra.substr(6));
-      if (!slots || *slots < 1 || *slots > 4096) {
-        return fail(error, line_no, "slots must be a whole number from 1 to 4096: '" + extra + "'");
+      auto value = sysfs::parse_int(extra.substr(6));
+      if (!value || *value < 1 || *value > 4096) {
+        return fail_line(error, line_no,
+                         "slots must be a whole number from 1 to 4096: '" + extra + "'");
       }
-      entry.slots = static_cast<int>(*slots);
+      slots = static_cast<int>(*value);
     }
-    entry.address = canonical_address(host);
-    if (entry.address.empty()) {
-      if (!allow_names) {
-        return fail(error, line_no, "'" + host + "' is not an IP address (DNS is not used)");
-      }
-      if (!valid_name(host)) return fail(error, line_no, "bad host name '" + host + "'");
-      entry.address = host;
+    // A line may hold a compressed list (`10.0.0.[1-4]`, `gpu[01-08]`): one host each.
+    std::vector<std::string> names;
+    if (expand_nodelist(fields[0], &names, error) < 0) {
+      return fail_line(error, line_no, error->message);
     }
-    for (const HostEntry& seen : *hosts) {
-      if (seen.address == entry.address) {
-        return fail(error, line_no,
-                    "duplicate host " + entry.address + " (first on line " +
-                        std::to_string(seen.line) + ")");
+    for (const std::string& host : names) {
+      HostEntry entry{canonical_address(host), slots, line_no};
+      if (entry.address.empty()) {
+        if (!allow_names) {
+          return fail_line(error, line_no, "'" + host + "' is not an IP address (DNS is not used)");
+        }
+        entry.address = host;
       }
+      for (const HostEntry& seen : *hosts) {
+        if (seen.address == entry.address) {
+          return fail_line(error, line_no,
+                           "duplicate host " + entry.address + " (first on line " +
+                               std::to_string(seen.line) + ")");
+        }
+      }
+      hosts->push_back(entry);
     }
-    hosts->push_back(entry);
-  }
-  if (hosts->empty()) return fail(error, 0, "no hosts");
+    return 0;
+  });
+  if (rc < 0) return rc;
+  if (hosts->empty()) return fail_line(error, 0, "no hosts");
   return 0;
 }
 
-int expand_nodelist(std::string_view list, std::vector<std::string>* names, HostListError* error) {
+int expand_nodelist(std::string_view list, std::vector<std::string>* names, LineError* error) {
   names->clear();
   list = trim(list);
-  if (list.empty()) return fail(error, 0, "empty node list");
+  if (list.empty()) return fail_line(error, 0, "empty node list");
   for (std::string_view item : split_top_level(list)) {
     int rc = expand_item(trim(item), names, error);
     if (rc < 0) return rc;
@@ -169,7 +160,7 @@ int expand_nodelist(std::string_view list, std::vector<std::string>* names, Host
 }
 
 int find_own_rank(const std::vector<HostEntry>& hosts,
-                  const std::vector<std::string>& own_addresses, int* rank, HostListError* error) {
+                  const std::vector<std::string>& own_addresses, int* rank, LineError* error) {
   std::vector<size_t> mine;
   for (size_t i = 0; i < hosts.size(); ++i) {
     if (std::find(own_addresses.begin(), own_addresses.end(), hosts[i].address) !=

@@ -7,7 +7,7 @@ namespace {
 
 TEST(Hostfile, ParsesAddressesSlotsAndComments) {
   std::vector<HostEntry> hosts;
-  HostListError error;
+  LineError error;
   const char* text =
       "# training nodes\n"
       "10.0.0.2 slots=8\n"
@@ -25,9 +25,26 @@ TEST(Hostfile, ParsesAddressesSlotsAndComments) {
   EXPECT_EQ(hosts_lines(hosts), "10.0.0.2 node-0\n10.0.0.3 node-1\nfd00::1 node-2\n");
 }
 
+TEST(Hostfile, ExpandsCompressedListsOnALine) {
+  std::vector<HostEntry> hosts;
+  LineError error;
+  ASSERT_EQ(parse_hostfile("10.0.0.[1-3] slots=8\n10.0.1.1\n", false, &hosts, &error), 0)
+      << error.message;
+  ASSERT_EQ(hosts.size(), 4u);
+  EXPECT_EQ(hosts[2].address, "10.0.0.3");
+  EXPECT_EQ(hosts[2].slots, 8);
+  EXPECT_EQ(hosts[2].line, 1);
+  EXPECT_EQ(hosts[3].line, 2);
+  EXPECT_EQ(parse_hostfile("10.0.0.1\n10.0.0.[0-1]\n", false, &hosts, &error), -EINVAL);
+  EXPECT_EQ(error.line, 2);
+  EXPECT_NE(error.message.find("duplicate host 10.0.0.1"), std::string::npos);
+  EXPECT_EQ(parse_hostfile("10.0.0.[1-\n", false, &hosts, &error), -EINVAL);
+  EXPECT_EQ(error.line, 1);
+}
+
 TEST(Hostfile, ErrorsNameTheLine) {
   std::vector<HostEntry> hosts;
-  HostListError error;
+  LineError error;
   EXPECT_EQ(parse_hostfile("10.0.0.1\n10.0.0.2\n10.0.0.1\n", false, &hosts, &error), -EINVAL);
   EXPECT_EQ(error.line, 3);
   EXPECT_NE(error.message.find("first on line 1"), std::string::npos);
@@ -46,7 +63,7 @@ TEST(Hostfile, ErrorsNameTheLine) {
 
 TEST(Nodelist, ExpandsSlurmRanges) {
   std::vector<std::string> names;
-  HostListError error;
+  LineError error;
   ASSERT_EQ(expand_nodelist("node[01-03,07],login,rack[1-2]-gpu[8-9]", &names, &error), 0)
       << error.message;
   std::vector<std::string> expected = {"node01",     "node02",     "node03",
@@ -59,7 +76,7 @@ TEST(Nodelist, ExpandsSlurmRanges) {
 
 TEST(Nodelist, RejectsMalformedLists) {
   std::vector<std::string> names;
-  HostListError error;
+  LineError error;
   EXPECT_EQ(expand_nodelist("node[01-03", &names, &error), -EINVAL);
   EXPECT_EQ(expand_nodelist("node[3-1]", &names, &error), -EINVAL);
   EXPECT_EQ(expand_nodelist("node[]", &names, &error), -EINVAL);
@@ -70,7 +87,7 @@ TEST(Nodelist, RejectsMalformedLists) {
 
 TEST(Rank, FoundExactlyOnce) {
   std::vector<HostEntry> hosts;
-  HostListError error;
+  LineError error;
   ASSERT_EQ(parse_hostfile("10.0.0.1\n10.0.0.2\n10.0.0.3\n", false, &hosts, &error), 0);
   int rank = -1;
   ASSERT_EQ(find_own_rank(hosts, {"127.0.0.1", "10.0.0.2"}, &rank, &error), 0);

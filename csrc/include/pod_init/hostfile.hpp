@@ -6,6 +6,8 @@
 #include <string_view>
 #include <vector>
 
+#include "pod_init/line_input.hpp"
+
 namespace pod_init {
 
 struct HostEntry {
@@ -14,25 +16,21 @@ struct HostEntry {
   int line = 0;         // 1-based line in the hostfile
 };
 
-struct HostListError {
-  int line = 0;  // 0: not tied to a line
-  std::string message;
-};
-
-// One host per line: `ADDRESS [slots=N]`; `#` starts a comment; blank lines
-// are skipped. Names that are not IP addresses are an error unless
-// `allow_names`. Duplicates are an error. Returns 0 or -EINVAL with `error`.
+// One host per line: `ADDRESS [slots=N]`, where ADDRESS may be a compressed
+// list (`10.0.0.[1-4]`); `#` starts a comment; blank lines are skipped. Names that are not IP
+// addresses are an error unless `allow_names`. Duplicates are an error. Returns 0 or -EINVAL with
+// `error`.
 int parse_hostfile(std::string_view text, bool allow_names, std::vector<HostEntry>* hosts,
-                   HostListError* error);
+                   LineError* error);
 
 // "node[01-03,07],gpu-a" -> node01 node02 node03 node07 gpu-a. Several bracket
 // groups in one name expand as a product. Returns 0 or -EINVAL with `error`.
-int expand_nodelist(std::string_view list, std::vector<std::string>* names, HostListError* error);
+int expand_nodelist(std::string_view list, std::vector<std::string>* names, LineError* error);
 
 // The index of the one host whose address is among `own_addresses`; -ENOENT
 // when none is, -EEXIST when several are, each with `error` naming the lines.
 int find_own_rank(const std::vector<HostEntry>& hosts,
-                  const std::vector<std::string>& own_addresses, int* rank, HostListError* error);
+                  const std::vector<std::string>& own_addresses, int* rank, LineError* error);
 
 // The addresses of this machine's interfaces (getifaddrs), canonical text.
 int local_addresses(std::vector<std::string>* addresses);
