@@ -206,6 +206,18 @@ std::string topology_json(const Topology& topo) {
     json.end_array();
   }
   json.end_array();
+  json.key("nvlinks");
+  if (topo.matrix.nvlinks.empty()) {
+    json.null();
+  } else {
+    json.begin_array();
+    for (const auto& row : topo.matrix.nvlinks) {
+      json.begin_array();
+      for (int count : row) json.value(count);
+      json.end_array();
+    }
+    json.end_array();
+  }
   json.end_object();
 
   json.key("findings").begin_array();
@@ -238,7 +250,7 @@ std::string topology_text(const Topology& topo) {
   for (size_t r = 0; r < matrix.rows.size(); ++r) {
     const PciDevice& dev = topo.devices[matrix.members[r]];
     out += pad(matrix.labels[r], width);
-    for (Level level : matrix.rows[r]) out += pad(level_name(level), width);
+    for (size_t c = 0; c < matrix.rows[r].size(); ++c) out += pad(matrix_cell(matrix, r, c), width);
     out += pad(dev.local_cpulist.empty() ? "N/A" : dev.local_cpulist, 14);
     out += (dev.numa_node >= 0 ? std::to_string(dev.numa_node) : std::string("N/A")) + "\n";
   }
@@ -269,6 +281,9 @@ std::string topology_text(const Topology& topo) {
       "  PHB  = Connection traversing PCIe and a PCIe host bridge (typically the CPU)\n"
       "  PXB  = Connection traversing several PCIe switches, no host bridge\n"
       "  PIX  = Connection traversing at most one PCIe switch\n";
+  out += matrix.nvlinks.empty()
+             ? "  NV#  = not known: NVLinks come from NVML (pyinit with a driver)\n"
+             : "  NV#  = Connection traversing a bonded set of # NVLinks\n";
 
   out += "\nFindings:";
   if (topo.findings.empty()) out += " none";

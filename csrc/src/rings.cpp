@@ -201,25 +201,59 @@ double pcie_link_gbs(double speed_gts, int width) {
   return speed_gts * efficiency * width / 8.0;
 }
 
-HopMatrix pcie_hops(const Topology& topo) {
+HopMatrix gpu_hops(const Topology& topo, const GpuDetailsMap& details) {
   std::vector<const PciDevice*> gpus;
   for (const PciDevice& dev : topo.devices) {
     if (dev.kind == DeviceKind::Gpu) gpus.push_back(&dev);
   }
+  // Capability speed (an idle GPU trains down) at the trained width (a
+  // degraded link is the bottleneck it looks like).
   auto link_gbs = [](const PciDevice& gpu) {
     const LinkInfo& link = gpu.link;
-    if (!link.speed_gts || !link.width || *link.width <= 0) return 0.0;
-    return pcie_link_gbs(*link.speed_gts, *link.width);
+    double speed = link.max_speed_gts.value_or(link.speed_gts.value_or(0));
+    int width = link.width.value_or(0);
+    return speed > 0 && width > 0 ? pcie_link_gbs(speed, width) : 0.0;
+  };
+  auto detail = [&](const PciDevice& gpu) -> const GpuDetails* {
+    auto found = details.find(gpu.bdf);
+    return found == details.end() ? nullptr : &found->second;
   };
   DeviceIndex index = index_by_bdf(topo.devices);
   HopMatrix hops(gpus.size(), std::vector<RingHop>(gpus.size()));
   for (size_t a = 0; a < gpus.size(); ++a) {
     for (size_t b = 0; b < gpus.size(); ++b) {
-      hops[a][b].level = classify(*gpus[a], *gpus[b], index);
-      hops[a][b].bandwidth_gbs = std::min(link_gbs(*gpus[a]), link_gbs(*gpus[b]));
+      RingHop& hop = hops[a][b];
+      hop.level = classify(*gpus[a], *gpus[b], index);
+      hop.bandwidth_gbs = std::min(link_gbs(*gpus[a]), link_gbs(*gpus[b]));
+      const GpuDetails* da = detail(*gpus[a]);
+      const GpuDetails* db = detail(*gpus[b]);
+      hop.nvlinks = nvlinks_between(gpus[a]->bdf, da, gpus[b]->bdf, db);
+      if (hop.nvlinks > 0) hop.bandwidth_gbs = hop.nvlinks * std::min(da->link_gbs, db->link_gbs);
     }
   }
   return hops;
+}
+
+std::vector<RailCut> rail_cuts(const std::vector<int>& order,
+                               const std::vector<std::vector<Level>>& gpu_to_nic) {
+  std::vector<RailCut> cuts;
+  size_t nics = gpu_to_nic.empty() ? 0 : gpu_to_nic.front().size();
+  size_t n = order.size();
+  for (size_t nic = 0; nic < nics && n > 0; ++nic) {
+    size_t best = 0;
+    std::pair<int, int> best_key{1 << 30, 1 << 30};
+    for (size_t cut = 0; cut < n; ++cut) {
+      // The ring starts right after the cut and ends at the cut.
+      int first = static_cast<int>(gpu_to_nic[order[(cut + 1) % n]][nic]);
+      int last = static_cast<int>(gpu_to_nic[order[cut]][nic]);
+      std::pair<int, int> key{std::max(first, last), first + last};
+      if (key < best_key) best_key = key, best = cut;
+    }
+    RailCut rail{static_cast<int>(nic), {}, static_cast<Level>(best_key.first)};
+    for (size_t i = 1; i <= n; ++i) rail.order.push_back(order[(best + i) % n]);
+    cuts.push_back(rail);
+  }
+  return cuts;
 }
 
 }  // namespace pod_init

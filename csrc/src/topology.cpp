@@ -44,6 +44,13 @@ const char* level_name(Level level) {
   return "SYS";
 }
 
+std::string matrix_cell(const Matrix& matrix, size_t row, size_t column) {
+  if (!matrix.nvlinks.empty() && matrix.nvlinks[row][column] > 0) {
+    return "NV" + std::to_string(matrix.nvlinks[row][column]);
+  }
+  return level_name(matrix.rows[row][column]);
+}
+
 DeviceIndex index_by_bdf(const std::vector<PciDevice>& devices) {
   DeviceIndex index;
   for (const PciDevice& dev : devices) index[dev.bdf] = &dev;

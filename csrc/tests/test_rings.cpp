@@ -123,7 +123,7 @@ TEST(Rings, PcieBandwidth) {
 namespace pod_init {
 namespace {
 
-TEST(Rings, PcieHopsFromATopology) {
+TEST(Rings, HopsFromATopology) {
   Topology topo;
   auto gpu = [](const std::string& bdf, const std::string& root_bus, int width) {
     PciDevice dev;
@@ -137,12 +137,49 @@ TEST(Rings, PcieHopsFromATopology) {
   };
   topo.devices = {gpu("0000:03:00.0", "pci0000:00", 16), gpu("0000:83:00.0", "pci0000:80", 8)};
   topo.devices.push_back(PciDevice{});  // not a GPU: left out
-  HopMatrix hops = pcie_hops(topo);
+  HopMatrix hops = gpu_hops(topo, {});
   ASSERT_EQ(hops.size(), 2u);
   EXPECT_EQ(hops[0][1].level, Level::Node);
   EXPECT_DOUBLE_EQ(hops[0][1].bandwidth_gbs, pcie_link_gbs(32.0, 8));
   EXPECT_EQ(hops[1][1].level, Level::Self);
   EXPECT_EQ(hops[0][1].nvlinks, 0);
+
+  // NVML shows both GPUs on NVSwitches: the hop runs over the shared links.
+  GpuDetailsMap details;
+  details["0000:03:00.0"] = {90, 26.5, {{kNvSwitchTarget, NvLinkPeer::Switch, 18}}};
+  details["0000:83:00.0"] = {90, 26.5, {{kNvSwitchTarget, NvLinkPeer::Switch, 12}}};
+  hops = gpu_hops(topo, details);
+  EXPECT_EQ(hops[0][1].nvlinks, 12);
+  EXPECT_DOUBLE_EQ(hops[0][1].bandwidth_gbs, 12 * 26.5);
+  EXPECT_EQ(hops[0][0].nvlinks, 0);
+}
+
+TEST(Rings, DirectNvLinksCountFromEitherSide) {
+  GpuDetails a{80, 25, {{"0000:02:00.0", NvLinkPeer::Gpu, 4}}};
+  GpuDetails b{80, 25, {}};
+  EXPECT_EQ(nvlinks_between("0000:01:00.0", &a, "0000:02:00.0", &b), 4);
+  EXPECT_EQ(nvlinks_between("0000:02:00.0", &b, "0000:01:00.0", &a), 4);
+  EXPECT_EQ(nvlinks_between("0000:01:00.0", &a, "0000:03:00.0", &b), 0);
+  EXPECT_EQ(nvlinks_between("0000:01:00.0", &a, "0000:02:00.0", nullptr), 0);
+}
+
+TEST(Rings, RailCutsPutBothEndsNextToEachNic) {
+  // Ring 0-1-2-3; NIC0 shares a switch with GPUs 2 and 3, NIC1 with GPUs 0 and 1.
+  std::vector<std::vector<Level>> gpu_to_nic = {{Level::Sys, Level::Pix},
+                                                {Level::Sys, Level::Pix},
+                                                {Level::Pix, Level::Sys},
+                                                {Level::Pix, Level::Sys}};
+  std::vector<RailCut> cuts = rail_cuts({0, 1, 2, 3}, gpu_to_nic);
+  ASSERT_EQ(cuts.size(), 2u);
+  EXPECT_EQ(cuts[0].order, (std::vector<int>{3, 0, 1, 2}));  // enters at 3, leaves from 2
+  EXPECT_EQ(cuts[0].worst, Level::Pix);
+  EXPECT_EQ(cuts[1].order, (std::vector<int>{1, 2, 3, 0}));
+  EXPECT_EQ(cuts[1].worst, Level::Pix);
+
+  // A NIC no GPU pair sits next to: the best it can do, reported as such.
+  cuts = rail_cuts({0, 2, 1, 3}, {{Level::Pix}, {Level::Pix}, {Level::Sys}, {Level::Sys}});
+  EXPECT_EQ(cuts[0].worst, Level::Sys);
+  EXPECT_EQ(cuts[0].order.size(), 4u);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "pod_init/nvlink.hpp"
 #include "pod_init/topology.hpp"
 
 namespace pod_init {
@@ -43,8 +44,23 @@ RingPlan plan_ring_brute_force(const HopMatrix& hops);
 
 // GB/s one direction of a PCIe link carries: lanes x rate x encoding.
 double pcie_link_gbs(double speed_gts, int width);
-// Hops between the topology's GPUs from sysfs alone (no NVLink): each hop
-// carries what the slower of the two GPU links carries.
-HopMatrix pcie_hops(const Topology& topo);
+// Hops between the topology's GPUs: over NVLink where `details` (NVML) shows
+// links, as many links as both ends share; else over PCIe at what the slower
+// of the two GPU links carries.
+HopMatrix gpu_hops(const Topology& topo, const GpuDetailsMap& details);
+
+// A multi-node ring enters a node at its first GPU and leaves from its last:
+// the cut of the cycle that puts both next to one NIC (rail alignment).
+struct RailCut {
+  int nic = -1;
+  std::vector<int> order;    // the ring rotated so the cut hop closes it
+  Level worst = Level::Sys;  // the farther of the two ends from the NIC
+};
+
+// For each NIC (columns of `gpu_to_nic`, one row per GPU), the rotation of
+// `order` whose two ends are closest to that NIC: the farther end first, then
+// both ends together; ties keep the earliest cut.
+std::vector<RailCut> rail_cuts(const std::vector<int>& order,
+                               const std::vector<std::vector<Level>>& gpu_to_nic);
 
 }  // namespace pod_init

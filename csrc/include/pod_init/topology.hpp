@@ -48,7 +48,12 @@ struct Matrix {
   std::vector<size_t> members;      // indices into Topology::devices: GPUs, NICs, NVMe
   std::vector<std::string> labels;  // GPU0.., NIC0.., NVME0..
   std::vector<std::vector<Level>> rows;
+  // NVLinks between members (NV# in `nvidia-smi topo -m`); empty when NVML did not say.
+  std::vector<std::vector<int>> nvlinks;
 };
+
+// "NV18" where NVLinks join the pair, else the PCIe level's name.
+std::string matrix_cell(const Matrix& matrix, size_t row, size_t column);
 
 struct Topology {
   std::string sysfs_root;
