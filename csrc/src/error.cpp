@@ -8,6 +8,18 @@ namespace pod_init {
 SysError::SysError(int err, std::string path)
     : std::runtime_error(path + ": " + errno_text(err)), err_(err), path_(std::move(path)) {}
 
+namespace {
+
+std::string located(const std::string& file, int line, const std::string& message) {
+  if (file.empty()) return message;
+  return file + (line > 0 ? ":" + std::to_string(line) : "") + ": " + message;
+}
+
+}  // namespace
+
+InputError::InputError(const std::string& file, int line, const std::string& message)
+    : std::runtime_error(located(file, line, message)) {}
+
 std::string errno_name(int err) {
   switch (err) {
     case EPERM:

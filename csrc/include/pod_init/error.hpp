@@ -19,6 +19,14 @@ class SysError : public std::runtime_error {
   std::string path_;
 };
 
+// Bad input from the user (a hints file, a hostfile, an option): the message
+// names the file and line or the device; the CLI exits 2 on it.
+class InputError : public std::runtime_error {
+ public:
+  // "FILE:LINE: message", "FILE: message" (line 0) or "message" (no file).
+  InputError(const std::string& file, int line, const std::string& message);
+};
+
 // "EPERM", "ENOENT", ...; "E<number>" for values without a symbolic name here.
 std::string errno_name(int err);
 // "Operation not permitted" (thread-safe strerror).
