@@ -4,10 +4,19 @@ the subpackages."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyinit.nvml import NvmlBackend, NvmlView
 
 EXIT_FINDINGS = 1
+EXIT_USAGE = 2
+
+# Where NVML answers come from; None is the real driver. Tests put a FakeNvml here.
+nvml_backend: NvmlBackend | None = None
 
 
 def _non_negative(text: str) -> int:
@@ -20,12 +29,74 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _channels(text: str) -> int:
+    value = _non_negative(text)
+    if not 1 <= value <= 32:
+        raise argparse.ArgumentTypeError(f"must be from 1 to 32: {value}")
+    return value
+
+
+def _read_nvml(args: argparse.Namespace) -> NvmlView | None:
+    """NVML's view, or None with a line on stderr saying why not."""
+    from pyinit.nvml import NvmlUnavailable, read_nvml
+
+    if args.no_nvml:
+        return None
+    try:
+        return read_nvml(nvml_backend)
+    except NvmlUnavailable as e:
+        print(f"pyinit: NVML unavailable ({e}); working from sysfs alone", file=sys.stderr)
+        return None
+
+
 def _cmd_topo(args: argparse.Namespace) -> int:
     from pyinit.topology import scan
 
-    topo = scan(args.sysfs_root, expect_gpus=args.expect_gpus, probe_bar0=not args.no_bar0)
-    sys.stdout.write(topo.to_json() if args.json else topo.to_text())
+    nvml = _read_nvml(args)
+    topo = scan(args.sysfs_root, args.expect_gpus, not args.no_bar0, nvml=nvml)
+    if args.json:
+        document = json.loads(topo.to_json())
+        document["nvml"] = nvml.to_dict() if nvml else None
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+    else:
+        sys.stdout.write(topo.to_text() + ("\n" + nvml.to_text() if nvml else ""))
     return EXIT_FINDINGS if topo.has_errors else 0
+
+
+def _cmd_nvml(args: argparse.Namespace) -> int:
+    from pyinit.nvml import FakeNvml, NvmlUnavailable, PynvmlBackend, read_nvml
+
+    backend = nvml_backend if nvml_backend is not None else PynvmlBackend()
+    try:
+        if args.record:
+            sys.stdout.write(json.dumps(FakeNvml.record(backend), indent=1) + "\n")
+            return 0
+        view = read_nvml(backend)
+    except NvmlUnavailable as e:
+        print(f"pyinit: NVML unavailable: {e}", file=sys.stderr)
+        return EXIT_FINDINGS
+    sys.stdout.write(json.dumps(view.to_dict(), indent=2) + "\n" if args.json else view.to_text())
+    return 0
+
+
+def _cmd_nccl(args: argparse.Namespace) -> int:
+    from pyinit.nccl import configure
+
+    nvml = _read_nvml(args)
+    config = configure(
+        args.sysfs_root,
+        hints=args.hints,
+        hostfile=args.hostfile,
+        out_dir=args.out,
+        socket_ifname=args.socket_ifname,
+        force_rings=args.force_rings,
+        channels=args.channels,
+        nvml=nvml,
+        proc_root=args.proc_root,
+    )
+    config.write()
+    sys.stdout.write(config.summary())
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,7 +108,31 @@ def build_parser() -> argparse.ArgumentParser:
     topo.add_argument("--json", action="store_true", help="print one JSON object")
     topo.add_argument("--expect-gpus", type=_non_negative, metavar="N")
     topo.add_argument("--no-bar0", action="store_true", help="do not map GPU BAR0")
+    topo.add_argument("--no-nvml", action="store_true", help="sysfs only, even with a driver")
     topo.set_defaults(handler=_cmd_topo)
+
+    nvml = sub.add_parser("nvml", help="NVML's view: NVLinks, P2P status, BAR1, PCIe, memory")
+    nvml.add_argument("--json", action="store_true", help="print one JSON object")
+    nvml.add_argument(
+        "--record", action="store_true", help="print every NVML answer, replayable by FakeNvml"
+    )
+    nvml.set_defaults(handler=_cmd_nvml)
+
+    nccl = sub.add_parser(
+        "nccl", help="NCCL topology file, ring graph, env file and hosts lines for this node"
+    )
+    nccl.add_argument("--sysfs-root", default="/sys", metavar="DIR")
+    nccl.add_argument("--hints", metavar="FILE", help="regroup devices under switches/NUMA nodes")
+    nccl.add_argument("--hostfile", metavar="FILE", help="one IP address per node, node 0 first")
+    nccl.add_argument("--out", default=".", metavar="DIR", help="where the files go (default .)")
+    nccl.add_argument(
+        "--force-rings", action="store_true", help="make NCCL use the computed rings unchecked"
+    )
+    nccl.add_argument("--socket-ifname", metavar="NAME", help="interface for NCCL's sockets")
+    nccl.add_argument("--channels", type=_channels, metavar="N", help="ring channels in the graph")
+    nccl.add_argument("--no-nvml", action="store_true", help="sysfs only, even with a driver")
+    nccl.add_argument("--proc-root", default="/proc", metavar="DIR", help=argparse.SUPPRESS)
+    nccl.set_defaults(handler=_cmd_nccl)
     return parser
 
 
@@ -51,6 +146,10 @@ def main(argv: list[str] | None = None) -> int:
         # The reader left (`pyinit topo | head`); silence the flush at exit too.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_FINDINGS
+    except ValueError as e:
+        # The native InputError (a ValueError) already names the file and line.
+        print(f"pyinit: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except OSError as e:
         where = f"{e.filename}: " if e.filename else ""
         print(f"pyinit: {where}{e.strerror or e}", file=sys.stderr)

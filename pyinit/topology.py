@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyinit import _native
+
+if TYPE_CHECKING:
+    from pyinit.nvml import NvmlView
 
 
 @dataclass(frozen=True)
@@ -82,10 +85,17 @@ class Matrix:
     devices: tuple[str, ...]
     labels: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
+    nvlinks: tuple[tuple[int, ...], ...] | None = None  # None: NVML did not say
 
     def level(self, a: str, b: str) -> str:
-        """Level between two BDFs: X, PIX, PXB, PHB, NODE or SYS."""
+        """PCIe level between two BDFs: X, PIX, PXB, PHB, NODE or SYS."""
         return self.rows[self.devices.index(a)][self.devices.index(b)]
+
+    def cell(self, a: str, b: str) -> str:
+        """What ``nvidia-smi topo -m`` shows: ``NV#`` over NVLink, else the level."""
+        i, j = self.devices.index(a), self.devices.index(b)
+        links = self.nvlinks[i][j] if self.nvlinks else 0
+        return f"NV{links}" if links else self.rows[i][j]
 
 
 @dataclass(frozen=True)
@@ -176,9 +186,13 @@ def _float(value: float | None) -> float | None:
 
 
 def scan(
-    sysfs_root: str = "/sys", expect_gpus: int | None = None, probe_bar0: bool = True
+    sysfs_root: str = "/sys",
+    expect_gpus: int | None = None,
+    probe_bar0: bool = True,
+    nvml: NvmlView | None = None,
 ) -> Topology:
-    """Scans the PCI tree under ``sysfs_root``.
+    """Scans the PCI tree under ``sysfs_root``; with ``nvml`` (see
+    :func:`pyinit.nvml.read_nvml`) the matrix also shows NVLinks.
 
     Raises ``FileNotFoundError`` (or another ``OSError``, with ``.filename``)
     when the tree has no readable ``bus/pci/devices``; everything else that is
@@ -189,6 +203,8 @@ def scan(
     native = _native.scan_topology(
         str(sysfs_root), -1 if expect_gpus is None else expect_gpus, probe_bar0
     )
+    if nvml is not None:
+        native.merge_nvlinks(nvml.details())
     raw = json.loads(native.to_json())
     matrix = raw["matrix"]
     return Topology(
@@ -200,6 +216,7 @@ def scan(
             devices=tuple(matrix["devices"]),
             labels=tuple(matrix["labels"]),
             rows=tuple(tuple(r) for r in matrix["rows"]),
+            nvlinks=None if matrix["nvlinks"] is None else tuple(map(tuple, matrix["nvlinks"])),
         ),
         findings=tuple(Finding(**f) for f in raw["findings"]),
         _native=native,

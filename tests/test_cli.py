@@ -41,12 +41,14 @@ def test_both_commands_print_the_same(pod_init_bin, pyinit_bin, eightgpu_tree):
     outputs = {}
     for tool in (pod_init_bin, pyinit_bin):
         for fmt in ([], ["--json"]):
-            proc = run([tool, "topo", "--sysfs-root", eightgpu_tree, *fmt])
+            extra = ["--no-nvml"] if tool.name == "pyinit" else []
+            proc = run([tool, "topo", "--sysfs-root", eightgpu_tree, *extra, *fmt])
             assert proc.returncode == 1
             outputs[(tool.name, bool(fmt))] = proc.stdout
     native_doc = json.loads(outputs[("pod-init", True)])
     python_doc = json.loads(outputs[("pyinit", True)])
     native_doc.pop("scan_seconds"), python_doc.pop("scan_seconds")
+    assert python_doc.pop("nvml") is None  # --no-nvml: pyinit adds nothing
     assert native_doc == python_doc
 
     def without_timing(text: str) -> str:
@@ -85,7 +87,7 @@ def test_pod_init_is_fully_static(pod_init_bin):
 def test_closed_pipe_is_quiet(pyinit_bin, eightgpu_tree):
     # `true` has exited long before Python starts writing: the write meets EPIPE.
     proc = subprocess.run(
-        f"'{pyinit_bin}' topo --json --sysfs-root '{eightgpu_tree}' | true",
+        f"'{pyinit_bin}' topo --no-nvml --json --sysfs-root '{eightgpu_tree}' | true",
         shell=True,
         capture_output=True,
         text=True,

@@ -1,0 +1,1 @@
+"""Benchmarks that need torch: all-reduce bandwidth in nccl-tests' terms."""

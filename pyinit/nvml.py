@@ -1,0 +1,389 @@
+"""NVML's view of the GPUs: NVLinks and their peers, P2P status, common
+ancestors, BAR1, memory, PCIe generation and width.
+
+Everything goes through a small backend interface: :class:`PynvmlBackend`
+talks to the driver through nvidia-ml-py; :class:`FakeNvml` replays recorded
+values on machines without a driver (tests, a CPU laptop). Without either,
+:func:`read_nvml` raises :class:`NvmlUnavailable` with the reason, and callers
+carry on from sysfs alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+# nvmlDeviceGetP2PStatus capability indices, in NVML's order.
+P2P_CAPABILITIES = ("read", "write", "nvlink", "atomics", "pci")
+# nvmlGpuP2PStatus_t, abbreviated the way `nvidia-smi topo -p2p` prints it.
+P2P_STATUS = {0: "OK", 1: "CNS", 2: "GNS", 3: "TNS", 4: "DIS", 5: "NS", 6: "U"}
+# nvmlGpuTopologyLevel_t
+ANCESTOR_LEVELS = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+# nvmlNvLinkDeviceType_t values that name a peer kind
+_REMOTE_GPU, _REMOTE_SWITCH = 0, 2
+MAX_NVLINKS = 18  # NVML_NVLINK_MAX_LINKS on Hopper
+
+
+def nvlink_gbs(sm: int) -> float:
+    """GB/s one NVLink carries one way, as NCCL models it by compute capability."""
+    if sm >= 100:
+        return 40.1
+    if sm >= 90:
+        return 20.6
+    if sm == 86:
+        return 12.0
+    return 20.0
+
+
+def normalize_bus_id(bus_id: str) -> str:
+    """NVML's ``00000000:00:06.0`` as sysfs writes it: ``0000:00:06.0``."""
+    text = bus_id.strip().lower()
+    try:
+        domain, bus, slot = text.split(":")
+        return f"{int(domain, 16):04x}:{bus}:{slot}"
+    except ValueError:
+        return text  # not a bus id (an NVSwitch may report anything): keep it as given
+
+
+class NvmlUnavailable(RuntimeError):
+    """No NVML here: no driver, no nvidia-ml-py, or no GPU. The text says which."""
+
+
+class NvmlBackend(Protocol):
+    """The NVML calls pyinit makes; handles are whatever the backend uses."""
+
+    def open(self) -> None: ...
+    def close(self) -> None: ...
+    def driver_version(self) -> str: ...
+    def device_count(self) -> int: ...
+    def handle(self, index: int) -> Any: ...
+    def bus_id(self, handle: Any) -> str: ...
+    def name(self, handle: Any) -> str: ...
+    def cuda_capability(self, handle: Any) -> tuple[int, int]: ...
+    def memory_total(self, handle: Any) -> int: ...
+    def bar1_total(self, handle: Any) -> int: ...
+    def pcie_link(self, handle: Any) -> tuple[int, int, int, int]:
+        """(current generation, max generation, current width, max width)."""
+        ...
+
+    def nvlinks(self, handle: Any) -> list[tuple[int, str, int | None]]:
+        """Active links: (link, remote bus id, nvmlNvLinkDeviceType_t or None)."""
+        ...
+
+    def p2p_status(self, a: Any, b: Any, capability: int) -> int: ...
+    def common_ancestor(self, a: Any, b: Any) -> int: ...
+
+
+class PynvmlBackend:
+    """The real driver, through nvidia-ml-py."""
+
+    def __init__(self) -> None:
+        self._nvml: Any = None
+
+    def open(self) -> None:
+        try:
+            import pynvml
+        except ImportError:
+            raise NvmlUnavailable(
+                "nvidia-ml-py is not installed (pip install 'pod-init[gpu]')"
+            ) from None
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as e:
+            raise NvmlUnavailable(f"NVML did not initialise: {e}") from None
+        self._nvml = pynvml
+
+    def close(self) -> None:
+        if self._nvml is not None:
+            self._nvml.nvmlShutdown()
+            self._nvml = None
+
+    def driver_version(self) -> str:
+        return _text(self._nvml.nvmlSystemGetDriverVersion())
+
+    def device_count(self) -> int:
+        return int(self._nvml.nvmlDeviceGetCount())
+
+    def handle(self, index: int) -> Any:
+        return self._nvml.nvmlDeviceGetHandleByIndex(index)
+
+    def bus_id(self, handle: Any) -> str:
+        return _text(self._nvml.nvmlDeviceGetPciInfo(handle).busId)
+
+    def name(self, handle: Any) -> str:
+        return _text(self._nvml.nvmlDeviceGetName(handle))
+
+    def cuda_capability(self, handle: Any) -> tuple[int, int]:
+        major, minor = self._nvml.nvmlDeviceGetCudaComputeCapability(handle)
+        return int(major), int(minor)
+
+    def memory_total(self, handle: Any) -> int:
+        return int(self._nvml.nvmlDeviceGetMemoryInfo(handle).total)
+
+    def bar1_total(self, handle: Any) -> int:
+        return int(self._nvml.nvmlDeviceGetBAR1MemoryInfo(handle).bar1Total)
+
+    def pcie_link(self, handle: Any) -> tuple[int, int, int, int]:
+        n = self._nvml
+        return (
+            int(n.nvmlDeviceGetCurrPcieLinkGeneration(handle)),
+            int(n.nvmlDeviceGetMaxPcieLinkGeneration(handle)),
+            int(n.nvmlDeviceGetCurrPcieLinkWidth(handle)),
+            int(n.nvmlDeviceGetMaxPcieLinkWidth(handle)),
+        )
+
+    def nvlinks(self, handle: Any) -> list[tuple[int, str, int | None]]:
+        n = self._nvml
+        links = []
+        for link in range(MAX_NVLINKS):
+            try:
+                if n.nvmlDeviceGetNvLinkState(handle, link) != n.NVML_FEATURE_ENABLED:
+                    continue
+                remote = _text(n.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
+            except n.NVMLError:
+                # NotSupported past the last link, or on GPUs without NVLink.
+                continue
+            try:
+                kind: int | None = int(n.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link))
+            except (AttributeError, n.NVMLError):
+                kind = None
+            links.append((link, remote, kind))
+        return links
+
+    def p2p_status(self, a: Any, b: Any, capability: int) -> int:
+        # An integer index: some nvidia-ml-py versions define READ as a 1-tuple.
+        return int(self._nvml.nvmlDeviceGetP2PStatus(a, b, capability))
+
+    def common_ancestor(self, a: Any, b: Any) -> int:
+        return int(self._nvml.nvmlDeviceGetTopologyCommonAncestor(a, b))
+
+
+class FakeNvml:
+    """Recorded NVML answers, for machines without a driver.
+
+    ``spec``: ``driver`` and ``gpus``, a list of dicts with ``bus_id``,
+    ``name``, ``sm`` (``[9, 0]``), ``memory_total``, ``bar1_total``, ``pcie``
+    (four ints), ``nvlinks`` (``[link, remote bus id, remote type]`` lists);
+    ``p2p`` maps ``"i,j"`` to five statuses and ``ancestors`` maps ``"i,j"`` to
+    a level (both default to OK and PHB).
+    """
+
+    def __init__(self, spec: Mapping[str, Any]) -> None:
+        self._spec = spec
+
+    @staticmethod
+    def record(backend: NvmlBackend) -> dict[str, Any]:
+        """Asks ``backend`` (the real driver) everything and returns a spec
+        that replays it (``pyinit nvml --record > recording.json``)."""
+        backend.open()
+        try:
+            handles = [backend.handle(i) for i in range(backend.device_count())]
+            spec: dict[str, Any] = {"driver": backend.driver_version(), "gpus": []}
+            for h in handles:
+                spec["gpus"].append(
+                    {
+                        "bus_id": backend.bus_id(h),
+                        "name": backend.name(h),
+                        "sm": list(backend.cuda_capability(h)),
+                        "memory_total": backend.memory_total(h),
+                        "bar1_total": backend.bar1_total(h),
+                        "pcie": list(backend.pcie_link(h)),
+                        "nvlinks": [list(link) for link in backend.nvlinks(h)],
+                    }
+                )
+            pairs = [(a, b) for a in range(len(handles)) for b in range(len(handles)) if a != b]
+            spec["p2p"] = {
+                f"{a},{b}": [backend.p2p_status(handles[a], handles[b], i) for i in range(5)]
+                for a, b in pairs
+            }
+            spec["ancestors"] = {
+                f"{a},{b}": backend.common_ancestor(handles[a], handles[b]) for a, b in pairs
+            }
+            return spec
+        finally:
+            backend.close()
+
+    def open(self) -> None:
+        if not self._spec.get("gpus"):
+            raise NvmlUnavailable("no GPU in the recorded NVML data")
+
+    def close(self) -> None:
+        pass
+
+    def driver_version(self) -> str:
+        return str(self._spec.get("driver", "fake"))
+
+    def device_count(self) -> int:
+        return len(self._spec["gpus"])
+
+    def handle(self, index: int) -> Any:
+        return index
+
+    def bus_id(self, handle: Any) -> str:
+        return str(self._spec["gpus"][handle]["bus_id"])
+
+    def name(self, handle: Any) -> str:
+        return str(self._spec["gpus"][handle]["name"])
+
+    def cuda_capability(self, handle: Any) -> tuple[int, int]:
+        major, minor = self._spec["gpus"][handle]["sm"]
+        return int(major), int(minor)
+
+    def memory_total(self, handle: Any) -> int:
+        return int(self._spec["gpus"][handle]["memory_total"])
+
+    def bar1_total(self, handle: Any) -> int:
+        return int(self._spec["gpus"][handle]["bar1_total"])
+
+    def pcie_link(self, handle: Any) -> tuple[int, int, int, int]:
+        gen, max_gen, width, max_width = self._spec["gpus"][handle]["pcie"]
+        return int(gen), int(max_gen), int(width), int(max_width)
+
+    def nvlinks(self, handle: Any) -> list[tuple[int, str, int | None]]:
+        links = self._spec["gpus"][handle].get("nvlinks", [])
+        return [(int(link), str(remote), kind) for link, remote, kind in links]
+
+    def p2p_status(self, a: Any, b: Any, capability: int) -> int:
+        return int(self._spec.get("p2p", {}).get(f"{a},{b}", [0] * 5)[capability])
+
+    def common_ancestor(self, a: Any, b: Any) -> int:
+        return int(self._spec.get("ancestors", {}).get(f"{a},{b}", 30))
+
+
+@dataclass(frozen=True)
+class NvLink:
+    link: int
+    remote_bdf: str
+    peer: str  # "gpu" or "switch"
+
+
+@dataclass(frozen=True)
+class NvmlGpu:
+    index: int
+    bdf: str
+    name: str
+    sm: int  # compute capability x10
+    memory_total: int  # bytes
+    bar1_total: int  # bytes
+    pcie_generation: int
+    pcie_max_generation: int
+    pcie_width: int
+    pcie_max_width: int
+    nvlinks: tuple[NvLink, ...]
+
+
+@dataclass(frozen=True)
+class GpuPair:
+    a: int
+    b: int
+    common_ancestor: str  # PIX, PXB, PHB, NODE, SYS
+    p2p: Mapping[str, str] = field(default_factory=dict)  # capability -> OK, CNS, ...
+
+
+@dataclass(frozen=True)
+class NvmlView:
+    driver: str
+    gpus: tuple[NvmlGpu, ...]
+    pairs: tuple[GpuPair, ...]
+
+    def details(self) -> dict[str, tuple[int, float, list[tuple[str, str, int]]]]:
+        """Per GPU BDF: (sm, GB/s per link, [(peer BDF or switch, kind, links)]),
+        the form the native core merges into its matrix and rings."""
+        out = {}
+        for gpu in self.gpus:
+            groups: dict[tuple[str, str], int] = {}
+            for link in gpu.nvlinks:
+                target = link.remote_bdf if link.peer == "gpu" else "switch"
+                groups[(target, link.peer)] = groups.get((target, link.peer), 0) + 1
+            out[gpu.bdf] = (
+                gpu.sm,
+                nvlink_gbs(gpu.sm),
+                [(target, peer, count) for (target, peer), count in sorted(groups.items())],
+            )
+        return out
+
+    def to_text(self) -> str:
+        """A GPU table and the P2P read matrix, like ``nvidia-smi topo -p2p r``."""
+        lines = [f"NVML (driver {self.driver}):"]
+        for g in self.gpus:
+            switch_links = sum(1 for link in g.nvlinks if link.peer == "switch")
+            peer_links = len(g.nvlinks) - switch_links
+            nvl = f"{switch_links} to NVSwitch" if switch_links else ""
+            if peer_links:
+                nvl += (", " if nvl else "") + f"{peer_links} to GPUs"
+            lines.append(
+                f"  GPU{g.index}  {g.bdf}  {g.name}  sm{g.sm}  "
+                f"memory {g.memory_total / 2**30:.0f} GiB  BAR1 {g.bar1_total / 2**30:.0f} GiB  "
+                f"PCIe gen {g.pcie_generation}/{g.pcie_max_generation} "
+                f"x{g.pcie_width}/{g.pcie_max_width}  NVLinks {len(g.nvlinks)}"
+                + (f" ({nvl})" if nvl else "")
+            )
+        if len(self.gpus) > 1:
+            lines.append("  P2P read/write/nvlink/atomics, common ancestor:")
+            for p in self.pairs:
+                status = "/".join(p.p2p[c] for c in P2P_CAPABILITIES[:4])
+                lines.append(f"    GPU{p.a}-GPU{p.b}  {status}  {p.common_ancestor}")
+        return "\n".join(lines) + "\n"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "driver": self.driver,
+            "gpus": [
+                {**g.__dict__, "nvlinks": [link.__dict__ for link in g.nvlinks]} for g in self.gpus
+            ],
+            "pairs": [{**p.__dict__, "p2p": dict(p.p2p)} for p in self.pairs],
+        }
+
+
+def read_nvml(backend: NvmlBackend | None = None) -> NvmlView:
+    """Reads every GPU's NVML view. Raises :class:`NvmlUnavailable`."""
+    nvml = backend if backend is not None else PynvmlBackend()
+    nvml.open()
+    try:
+        count = nvml.device_count()
+        if count == 0:
+            raise NvmlUnavailable("NVML sees no GPU")
+        handles = [nvml.handle(i) for i in range(count)]
+        bdfs = [normalize_bus_id(nvml.bus_id(h)) for h in handles]
+        gpus = []
+        for index, handle in enumerate(handles):
+            major, minor = nvml.cuda_capability(handle)
+            gen, max_gen, width, max_width = nvml.pcie_link(handle)
+            links = []
+            for link, remote, kind in nvml.nvlinks(handle):
+                remote_bdf = normalize_bus_id(remote)
+                if kind is None:
+                    kind = _REMOTE_GPU if remote_bdf in bdfs else _REMOTE_SWITCH
+                links.append(NvLink(link, remote_bdf, "gpu" if kind == _REMOTE_GPU else "switch"))
+            gpus.append(
+                NvmlGpu(
+                    index=index,
+                    bdf=bdfs[index],
+                    name=nvml.name(handle),
+                    sm=major * 10 + minor,
+                    memory_total=nvml.memory_total(handle),
+                    bar1_total=nvml.bar1_total(handle),
+                    pcie_generation=gen,
+                    pcie_max_generation=max_gen,
+                    pcie_width=width,
+                    pcie_max_width=max_width,
+                    nvlinks=tuple(links),
+                )
+            )
+        pairs = []
+        for a in range(count):
+            for b in range(a + 1, count):
+                p2p = {
+                    cap: P2P_STATUS.get(nvml.p2p_status(handles[a], handles[b], i), "U")
+                    for i, cap in enumerate(P2P_CAPABILITIES)
+                }
+                level = nvml.common_ancestor(handles[a], handles[b])
+                pairs.append(GpuPair(a, b, ANCESTOR_LEVELS.get(level, str(level)), p2p))
+        return NvmlView(nvml.driver_version(), tuple(gpus), tuple(pairs))
+    finally:
+        nvml.close()
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
