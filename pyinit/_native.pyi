@@ -4,7 +4,7 @@ pod-init native core: PCIe topology scan and NCCL configuration
 from __future__ import annotations
 import collections.abc
 import typing
-__all__: list[str] = ['InputError', 'NcclConfig', 'Topology', 'nccl_config', 'scan_topology']
+__all__: list[str] = ['InputError', 'NcclConfig', 'Topology', 'expand_nodelist', 'nccl_config', 'scan_topology']
 class InputError(ValueError):
     pass
 class Topology:
@@ -55,7 +55,11 @@ class NcclConfig:
         """
         GPU indices in ring order.
         """
-def nccl_config(sysfs_root: str = '/sys', proc_root: str = '/proc', hints: str = '', hostfile: str = '', out_dir: str = '.', socket_ifname: str = '', force_rings: bool = False, channels: typing.SupportsInt | typing.SupportsIndex = 0, details: collections.abc.Mapping[str, tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, collections.abc.Sequence[tuple[str, str, typing.SupportsInt | typing.SupportsIndex]]]] = {}, environment: collections.abc.Mapping[str, str] = {}) -> NcclConfig:
+def expand_nodelist(nodelist: str) -> list[str]:
+    """
+    node[01-03],gpu-a -> [node01, node02, node03, gpu-a] (SLURM style).
+    """
+def nccl_config(sysfs_root: str = '/sys', proc_root: str = '/proc', hints: str = '', hostfile: str = '', hostfile_text: str = '', out_dir: str = '.', socket_ifname: str = '', force_rings: bool = False, channels: typing.SupportsInt | typing.SupportsIndex = 0, details: collections.abc.Mapping[str, tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, collections.abc.Sequence[tuple[str, str, typing.SupportsInt | typing.SupportsIndex]]]] = {}, environment: collections.abc.Mapping[str, str] = {}) -> NcclConfig:
     """
     Builds the NCCL configuration (nothing is written until write()). Raises InputError for bad input, OSError when sysfs cannot be read.
     """

@@ -93,6 +93,7 @@ def _cmd_nccl(args: argparse.Namespace) -> int:
         channels=args.channels,
         nvml=nvml,
         proc_root=args.proc_root,
+        dns=not args.no_dns,
     )
     config.write()
     sys.stdout.write(config.summary())
@@ -131,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     nccl.add_argument("--socket-ifname", metavar="NAME", help="interface for NCCL's sockets")
     nccl.add_argument("--channels", type=_channels, metavar="N", help="ring channels in the graph")
     nccl.add_argument("--no-nvml", action="store_true", help="sysfs only, even with a driver")
+    nccl.add_argument(
+        "--no-dns", action="store_true", help="host names in the hostfile are an error"
+    )
     nccl.add_argument("--proc-root", default="/proc", metavar="DIR", help=argparse.SUPPRESS)
     nccl.set_defaults(handler=_cmd_nccl)
     return parser

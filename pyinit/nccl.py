@@ -4,11 +4,50 @@ NVML knows (NVLinks, compute capability) when a driver is there."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import socket
 from collections.abc import Mapping
+from pathlib import Path
 
 from pyinit import _native
 from pyinit.nvml import NvmlView
+
+
+def resolve_hostfile(path: str) -> str:
+    """The hostfile's text with every host name replaced by its address, once,
+    now: the core and everything after it never wait on DNS. Line numbers stay
+    (a name that expands to several hosts becomes a comma list on its line).
+    Raises ``_native.InputError`` naming the file and line."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise _native.InputError(f"{path}: {e.strerror}") from None
+    lines = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        content, hash_mark, comment = line.partition("#")
+        fields = content.split()
+        if fields:
+            try:
+                hosts = _native.expand_nodelist(fields[0])
+            except ValueError as e:
+                raise _native.InputError(f"{path}:{number}: {e}") from None
+            fields[0] = ",".join(_address(path, number, host) for host in hosts)
+        lines.append(" ".join(fields) + (" " + hash_mark + comment if hash_mark else ""))
+    return "\n".join(lines) + "\n"
+
+
+def _address(path: str, line: int, host: str) -> str:
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        pass
+    try:
+        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as e:
+        reason = e.strerror if isinstance(e, socket.gaierror) else str(e)
+        raise _native.InputError(f"{path}:{line}: cannot resolve '{host}': {reason}") from None
+    return str(found[0][4][0])
 
 
 def configure(
@@ -23,8 +62,12 @@ def configure(
     nvml: NvmlView | None = None,
     environment: Mapping[str, str] | None = None,
     proc_root: str = "/proc",
+    dns: bool = True,
 ) -> _native.NcclConfig:
     """Builds the configuration without writing it; call ``.write()`` for that.
+
+    Host names in ``hostfile`` are resolved here, once (``dns=False``: names
+    are an error, as in the executable, which never resolves).
 
     ``environment`` (default ``os.environ``): ``NCCL_*`` values set there win
     over pod-init's and are reported. Raises ``ValueError``
@@ -37,6 +80,7 @@ def configure(
         proc_root=str(proc_root),
         hints=str(hints or ""),
         hostfile=str(hostfile or ""),
+        hostfile_text=resolve_hostfile(hostfile) if hostfile and dns else "",
         out_dir=str(out_dir),
         socket_ifname=socket_ifname or "",
         force_rings=force_rings,

@@ -268,9 +268,9 @@ def test_bad_input_exits_2_and_writes_nothing(
     (out / "nccl.env").write_text("NCCL_TOPO_FILE=/previous/run\n")
     binary = pod_init_bin if tool == "pod-init" else pyinit_bin
     args = [a.format(**fill) for a in extra]
-    proc = nccl(binary, h200x2_tree, out, proc_root, "--no-nvml", *args)
-    if tool == "pod-init":  # --no-nvml is pyinit's; pod-init has no NVML at all
-        proc = nccl(binary, h200x2_tree, out, proc_root, *args)
+    # pyinit only: sysfs alone and no name lookups, as the executable always works.
+    own = ["--no-nvml", "--no-dns"] if tool == "pyinit" else []
+    proc = nccl(binary, h200x2_tree, out, proc_root, *own, *args)
     assert proc.returncode == 2, proc.stderr
     assert message.format(**fill) in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -369,4 +369,33 @@ def test_master_behind_loopback_or_bridge_is_refused(
                 proc_root, "--out", tmp_path / "out", "--hostfile", hostfile])  # fmt: skip
     assert proc.returncode == 2
     assert f"{hostfile}:1: the master {master} is reached {why}" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_pyinit_resolves_names_once_unless_no_dns(pyinit_bin, h200x2_tree, tmp_path, proc_root):
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("# one node, by name\nlocalhost slots=2\n")
+    out = tmp_path / "out"
+    proc = nccl(pyinit_bin, h200x2_tree, out, proc_root, "--no-nvml", "--hostfile", hostfile)
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "hosts").read_text() in {"127.0.0.1 node-0\n", "::1 node-0\n"}
+
+    proc = nccl(pyinit_bin, h200x2_tree, out, proc_root, "--no-dns", "--hostfile", hostfile)
+    assert proc.returncode == 2
+    assert f"{hostfile}:2: 'localhost' is not an IP address (DNS is not used)" in proc.stderr
+
+
+def test_unresolvable_name_names_the_line(monkeypatch, h200x2_tree, tmp_path, proc_root):
+    import socket
+
+    from pyinit.nccl import configure
+
+    def no_dns(host, *args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_dns)
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("10.0.0.1\ngpu[07-08]  # rack 2\n")
+    with pytest.raises(ValueError, match=rf"^{hostfile}:2: cannot resolve 'gpu07': Name or"):
+        configure(h200x2_tree, hostfile=str(hostfile), out_dir=str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()

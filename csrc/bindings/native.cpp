@@ -6,6 +6,7 @@
 #include <string>
 
 #include "pod_init/error.hpp"
+#include "pod_init/hostfile.hpp"
 #include "pod_init/nccl_config.hpp"
 #include "pod_init/nvlink.hpp"
 #include "pod_init/report.hpp"
@@ -77,6 +78,18 @@ PYBIND11_MODULE(_native, m) {
           "True when a finding has severity error.");
 
   m.def(
+      "expand_nodelist",
+      [](const std::string& list) {
+        std::vector<std::string> names;
+        pod_init::LineError error;
+        if (pod_init::expand_nodelist(list, &names, &error) < 0) {
+          throw pod_init::InputError("", 0, error.message);
+        }
+        return names;
+      },
+      py::arg("nodelist"), "node[01-03],gpu-a -> [node01, node02, node03, gpu-a] (SLURM style).");
+
+  m.def(
       "scan_topology",
       [](const std::string& sysfs_root, int expect_gpus, bool probe_bar0) {
         if (sysfs_root.empty()) throw py::value_error("sysfs_root must not be empty");
@@ -120,14 +133,15 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "nccl_config",
       [](const std::string& sysfs_root, const std::string& proc_root, const std::string& hints,
-         const std::string& hostfile, const std::string& out_dir, const std::string& socket_ifname,
-         bool force_rings, int channels, const DetailsArg& details,
-         const std::map<std::string, std::string>& environment) {
+         const std::string& hostfile, const std::string& hostfile_text, const std::string& out_dir,
+         const std::string& socket_ifname, bool force_rings, int channels,
+         const DetailsArg& details, const std::map<std::string, std::string>& environment) {
         pod_init::NcclRequest request;
         request.sysfs_root = sysfs_root;
         request.proc_root = proc_root;
         request.hints_path = hints;
         request.hostfile_path = hostfile;
+        request.hostfile_text = hostfile_text;
         request.out_dir = out_dir;
         request.socket_ifname = socket_ifname;
         request.force_rings = force_rings;
@@ -138,8 +152,9 @@ PYBIND11_MODULE(_native, m) {
         return pod_init::build_nccl_config(request);
       },
       py::arg("sysfs_root") = "/sys", py::arg("proc_root") = "/proc", py::arg("hints") = "",
-      py::arg("hostfile") = "", py::arg("out_dir") = ".", py::arg("socket_ifname") = "",
-      py::arg("force_rings") = false, py::arg("channels") = 0, py::arg("details") = DetailsArg{},
+      py::arg("hostfile") = "", py::arg("hostfile_text") = "", py::arg("out_dir") = ".",
+      py::arg("socket_ifname") = "", py::arg("force_rings") = false, py::arg("channels") = 0,
+      py::arg("details") = DetailsArg{},
       py::arg("environment") = std::map<std::string, std::string>{},
       "Builds the NCCL configuration (nothing is written until write()). Raises InputError for "
       "bad input, OSError when sysfs cannot be read.");

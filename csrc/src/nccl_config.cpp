@@ -88,7 +88,9 @@ void load_hints(const NcclRequest& request, NcclConfig* config) {
 void load_hosts(const NcclRequest& request, NcclConfig* config) {
   if (request.hostfile_path.empty()) return;
   LineError error;
-  if (parse_hostfile(read_input(request.hostfile_path), false, &config->hosts, &error) < 0) {
+  std::string text =
+      request.hostfile_text.empty() ? read_input(request.hostfile_path) : request.hostfile_text;
+  if (parse_hostfile(text, false, &config->hosts, &error) < 0) {
     throw InputError(request.hostfile_path, error.line, error.message);
   }
   std::vector<std::string> own;

@@ -20,6 +20,7 @@ struct NcclRequest {
   std::string proc_root = "/proc";  // for cpuinfo
   std::string hints_path;           // "" none
   std::string hostfile_path;        // "" single node
+  std::string hostfile_text;  // read from hostfile_path when empty (the path still names errors)
   std::string out_dir = ".";
   std::string socket_ifname;  // "" the interface that reaches the master
   bool force_rings = false;   // point NCCL_GRAPH_FILE at the rings
