@@ -1,0 +1,96 @@
+// The O_DIRECT reader: reads of any offset and length from a file or raw block
+// device, served by aligned reads (straight into the caller's memory when it
+// is aligned, else through bounce slots), with a deep queue on io_uring or a
+// pread pool. Rings, pools and threads belong to one process: a forked child
+// builds its own on first use. An io_uring ring serves one thread at a time: a
+// call from another thread builds a new one.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pod_init/aligned_buffer.hpp"
+#include "pod_init/direct_file.hpp"
+#include "pod_init/io_backend.hpp"
+#include "pod_init/latency_histogram.hpp"
+
+namespace pod_init {
+
+enum class BackendChoice { Auto, IoUring, Pread };
+
+struct ReaderStats {
+  uint64_t reads = 0;           // requests: one per read()/read_into(), one per read_batch() row
+  uint64_t bytes = 0;           // bytes handed to the caller
+  uint64_t ios = 0;             // reads issued to the kernel
+  LatencyHistogram io_latency;  // submit to completion of each of those
+};
+
+class DirectReader {
+ public:
+  static constexpr uint32_t kMaxIo = 1 << 20;       // largest single read issued
+  static constexpr uint32_t kSlotSize = 128 << 10;  // one bounce slot
+  static constexpr uint64_t kLargeRead = 64 << 20;  // read() checks the size above this
+
+  // Opens `path` and sets up the backend in this process. Throws SysError
+  // (with the path) when the file or the chosen backend cannot be used and
+  // InputError for a queue depth outside 1..4096.
+  DirectReader(std::string path, unsigned queue_depth, BackendChoice backend);
+  ~DirectReader();
+  DirectReader(const DirectReader&) = delete;
+  DirectReader& operator=(const DirectReader&) = delete;
+
+  const std::string& path() const { return path_; }
+  uint64_t size() const { return file_.size; }
+  uint32_t block_size() const { return file_.offset_align; }
+  uint32_t memory_alignment() const { return file_.memory_align; }
+  bool direct() const { return file_.direct; }
+  unsigned queue_depth() const { return depth_; }
+  std::string backend() const;
+  // Why auto chose pread, or what io_uring runs without; "" when nothing to say.
+  std::string backend_note() const;
+
+  struct Span {
+    AlignedBuffer buffer;  // the aligned superset that was read
+    size_t head = 0;       // where the requested bytes start in it
+    size_t length = 0;     // how many of them there are (short at end of file)
+  };
+  Span read(uint64_t offset, uint64_t length);
+  // Reads length bytes at offset into dst; returns the bytes read (short at end of file).
+  size_t read_into(uint8_t* dst, size_t length, uint64_t offset);
+  // Row i holds the length bytes at offsets[i]; every window must lie inside the file.
+  AlignedBuffer read_batch(const std::vector<uint64_t>& offsets, size_t length);
+  // The same into the caller's rows (offsets.size() x length bytes at dst), so a
+  // loop can reuse one buffer (pinned memory, say) instead of faulting in new pages.
+  void read_batch_into(const std::vector<uint64_t>& offsets, size_t length, uint8_t* dst);
+
+  ReaderStats stats() const;
+  void close();
+  bool closed() const { return file_.fd < 0; }
+
+ private:
+  struct Piece;
+  void check_open() const;
+  static void check_range(uint64_t offset, uint64_t length);
+  void ensure_backend();  // call with mutex_ held
+  void plan(uint64_t offset, uint64_t length, uint8_t* dst, bool dst_is_span,
+            std::vector<Piece>* pieces);
+  void run(std::vector<Piece>* pieces);
+
+  std::string path_;
+  unsigned depth_;
+  BackendChoice choice_;
+  DirectFile file_;
+  mutable std::mutex mutex_;
+  uint64_t fork_generation_ = 0;  // the process generation the members below belong to
+  std::unique_ptr<BufferPool> pool_;
+  std::unique_ptr<IoBackend> backend_;
+  std::thread::id backend_thread_;  // the thread that made backend_
+  std::string backend_note_;
+  ReaderStats stats_;
+};
+
+}  // namespace pod_init
