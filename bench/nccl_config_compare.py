@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from pyinit.bench.plotting import pyplot
+
 # Kept in every run on the lent machines (NVLink multicast is off there).
 MULTICAST_OFF = {
     "NCCL_NVLS_ENABLE": "0",
@@ -131,12 +133,8 @@ def print_table(table: dict[str, dict[int, dict[str, float]]]) -> None:
 
 
 def plot(document: dict, path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     table = document["table"]
     names = list(table)

@@ -3,8 +3,11 @@ pod-init native core: PCIe topology scan and NCCL configuration
 """
 from __future__ import annotations
 import collections.abc
+import numpy
+import numpy.typing
 import typing
-__all__: list[str] = ['InputError', 'NcclConfig', 'Topology', 'expand_nodelist', 'nccl_config', 'scan_topology']
+import typing_extensions
+__all__: list[str] = ['DirectReader', 'InputError', 'NcclConfig', 'Topology', 'aligned_empty', 'expand_nodelist', 'nccl_config', 'scan_topology']
 class InputError(ValueError):
     pass
 class Topology:
@@ -55,6 +58,70 @@ class NcclConfig:
         """
         GPU indices in ring order.
         """
+class DirectReader:
+    def __init__(self, path: str, queue_depth: typing.SupportsInt | typing.SupportsIndex = 32, backend: str = 'auto') -> None:
+        """
+        Opens path (file or block device) with O_DIRECT; OSError when it cannot.
+        """
+    def close(self) -> None:
+        """
+        Closes the file; later calls raise ValueError.
+        """
+    def read(self, offset: typing.SupportsInt | typing.SupportsIndex, length: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.uint8]:
+        """
+        length bytes at offset as an owning uint8 array (shorter at the end of the file).
+        """
+    def read_batch(self, offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], length: typing.SupportsInt | typing.SupportsIndex, out: typing_extensions.Buffer | None = None) -> typing.Any:
+        """
+        Rows of length bytes, one per offset, all read with the queue kept full; into `out` (reused between calls) when given, else a new (n, length) uint8 array.
+        """
+    def read_into(self, buffer: typing_extensions.Buffer, offset: typing.SupportsInt | typing.SupportsIndex) -> int:
+        """
+        Fills a writable buffer from offset; returns the bytes read.
+        """
+    def stats(self) -> dict:
+        """
+        reads, bytes, ios and the IO latency (µs percentiles, histogram).
+        """
+    @property
+    def backend(self) -> str:
+        """
+        io_uring or pread.
+        """
+    @property
+    def backend_note(self) -> str:
+        ...
+    @property
+    def block_size(self) -> int:
+        """
+        Offset alignment of direct reads.
+        """
+    @property
+    def closed(self) -> bool:
+        ...
+    @property
+    def direct(self) -> bool:
+        """
+        False when the filesystem refused O_DIRECT.
+        """
+    @property
+    def memory_alignment(self) -> int:
+        ...
+    @property
+    def path(self) -> str:
+        ...
+    @property
+    def queue_depth(self) -> int:
+        ...
+    @property
+    def size(self) -> int:
+        """
+        Bytes, at open.
+        """
+def aligned_empty(nbytes: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.uint8]:
+    """
+    A page-aligned uint8 array (uninitialised) that owns its memory.
+    """
 def expand_nodelist(nodelist: str) -> list[str]:
     """
     node[01-03],gpu-a -> [node01, node02, node03, gpu-a] (SLURM style).

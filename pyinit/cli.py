@@ -79,6 +79,12 @@ def _cmd_nvml(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from pyinit.bench import io
+
+    return io.main(args.options)
+
+
 def _cmd_nccl(args: argparse.Namespace) -> int:
     from pyinit.nccl import configure
 
@@ -137,11 +143,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     nccl.add_argument("--proc-root", default="/proc", metavar="DIR", help=argparse.SUPPRESS)
     nccl.set_defaults(handler=_cmd_nccl)
+
+    bench = sub.add_parser("bench", help="benchmarks: io (the reader against fio)")
+    kinds = bench.add_subparsers(dest="kind", required=True, metavar="KIND")
+    io = kinds.add_parser("io", help="4 KiB random and 1 MiB sequential reads, beside fio",
+                          add_help=False)  # fmt: skip
+    io.set_defaults(handler=_cmd_bench, takes_options=True)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # `pyinit bench io ...` hands everything after its name to the benchmark's own parser.
+    args, options = parser.parse_known_args(argv)
+    if options and not getattr(args, "takes_options", False):
+        parser.error(f"unrecognized arguments: {' '.join(options)}")
+    args.options = options
     try:
         status = args.handler(args)
         sys.stdout.flush()

@@ -1,10 +1,13 @@
 // pyinit._native: the only file that includes pybind11. It exposes the core
 // as is; pyinit/topology.py turns its JSON into dataclasses.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <optional>
 #include <string>
 
+#include "pod_init/direct_reader.hpp"
 #include "pod_init/error.hpp"
 #include "pod_init/hostfile.hpp"
 #include "pod_init/nccl_config.hpp"
@@ -39,6 +42,51 @@ pod_init::GpuDetailsMap to_details(const DetailsArg& arg) {
     }
   }
   return details;
+}
+
+pod_init::BackendChoice backend_choice(const std::string& name) {
+  if (name == "auto") return pod_init::BackendChoice::Auto;
+  if (name == "io_uring") return pod_init::BackendChoice::IoUring;
+  if (name == "pread") return pod_init::BackendChoice::Pread;
+  throw py::value_error("backend must be 'auto', 'io_uring' or 'pread', not '" + name + "'");
+}
+
+uint64_t non_negative(int64_t value, const char* what) {
+  if (value < 0)
+    throw py::value_error(std::string(what) + " must be >= 0, not " + std::to_string(value));
+  return static_cast<uint64_t>(value);
+}
+
+// A 1-D or 2-D uint8 array that owns `data` (freed with free()) and starts at data + head.
+py::array_t<uint8_t> owning_array(uint8_t* data, size_t head, std::vector<py::ssize_t> shape) {
+  py::capsule owner(data, [](void* p) { free(p); });
+  std::vector<py::ssize_t> strides(shape.size(), 1);
+  if (shape.size() == 2) strides[0] = shape[1];
+  return py::array_t<uint8_t>(shape, strides, data + head, owner);
+}
+
+py::dict stats_dict(const pod_init::ReaderStats& stats) {
+  const pod_init::LatencyHistogram& h = stats.io_latency;
+  auto us = [](uint64_t ns) { return static_cast<double>(ns) / 1e3; };
+  py::dict latency;
+  latency["p50"] = us(h.percentile_ns(0.50));
+  latency["p99"] = us(h.percentile_ns(0.99));
+  latency["p99.9"] = us(h.percentile_ns(0.999));
+  latency["max"] = us(h.max_ns());
+  py::list buckets;
+  for (int b = 0; b < pod_init::LatencyHistogram::kBuckets; ++b) {
+    if (h.bucket_count(b) > 0) {
+      buckets.append(
+          py::make_tuple(pod_init::LatencyHistogram::bucket_floor_ns(b), h.bucket_count(b)));
+    }
+  }
+  py::dict out;
+  out["reads"] = stats.reads;
+  out["bytes"] = stats.bytes;
+  out["ios"] = stats.ios;
+  out["io_latency_us"] = latency;
+  out["io_latency_histogram_ns"] = buckets;
+  return out;
 }
 
 }  // namespace
@@ -76,6 +124,15 @@ PYBIND11_MODULE(_native, m) {
           "has_errors",
           [](const pod_init::Topology& t) { return pod_init::has_errors(t.findings); },
           "True when a finding has severity error.");
+
+  m.def(
+      "aligned_empty",
+      [](int64_t nbytes) {
+        pod_init::AlignedBuffer buffer(non_negative(nbytes, "nbytes"));
+        if (buffer.data() == nullptr) throw std::bad_alloc();  // MemoryError
+        return owning_array(buffer.release(), 0, {static_cast<py::ssize_t>(nbytes)});
+      },
+      py::arg("nbytes"), "A page-aligned uint8 array (uninitialised) that owns its memory.");
 
   m.def(
       "expand_nodelist",
@@ -158,4 +215,98 @@ PYBIND11_MODULE(_native, m) {
       py::arg("environment") = std::map<std::string, std::string>{},
       "Builds the NCCL configuration (nothing is written until write()). Raises InputError for "
       "bad input, OSError when sysfs cannot be read.");
+
+  py::class_<pod_init::DirectReader>(m, "DirectReader")
+      .def(py::init([](const std::string& path, int queue_depth, const std::string& backend) {
+             pod_init::BackendChoice choice = backend_choice(backend);
+             if (queue_depth < 1 || queue_depth > 4096) {
+               throw py::value_error("queue_depth must be from 1 to 4096, not " +
+                                     std::to_string(queue_depth));
+             }
+             py::gil_scoped_release release;
+             return std::make_unique<pod_init::DirectReader>(
+                 path, static_cast<unsigned>(queue_depth), choice);
+           }),
+           py::arg("path"), py::arg("queue_depth") = 32, py::arg("backend") = "auto",
+           "Opens path (file or block device) with O_DIRECT; OSError when it cannot.")
+      .def(
+          "read",
+          [](pod_init::DirectReader& r, int64_t offset, int64_t length) {
+            uint64_t off = non_negative(offset, "offset");
+            uint64_t len = non_negative(length, "length");
+            pod_init::DirectReader::Span span;
+            {
+              py::gil_scoped_release release;
+              span = r.read(off, len);
+            }
+            size_t head = span.head, got = span.length;
+            return owning_array(span.buffer.release(), head, {static_cast<py::ssize_t>(got)});
+          },
+          py::arg("offset"), py::arg("length"),
+          "length bytes at offset as an owning uint8 array (shorter at the end of the file).")
+      .def(
+          "read_into",
+          [](pod_init::DirectReader& r, py::buffer buffer, int64_t offset) {
+            uint64_t off = non_negative(offset, "offset");
+            py::buffer_info info = buffer.request(true);
+            if (!PyBuffer_IsContiguous(info.view(), 'C')) {
+              throw py::type_error("read_into needs a C-contiguous buffer");
+            }
+            auto* dst = static_cast<uint8_t*>(info.ptr);
+            size_t length = static_cast<size_t>(info.size * info.itemsize);
+            py::gil_scoped_release release;
+            return r.read_into(dst, length, off);
+          },
+          py::arg("buffer"), py::arg("offset"),
+          "Fills a writable buffer from offset; returns the bytes read.")
+      .def(
+          "read_batch",
+          [](pod_init::DirectReader& r,
+             const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& offsets,
+             int64_t length, std::optional<py::buffer> out) -> py::object {
+            uint64_t len = non_negative(length, "length");
+            if (offsets.ndim() != 1) throw py::value_error("offsets must be one-dimensional");
+            std::vector<uint64_t> at(static_cast<size_t>(offsets.size()));
+            for (size_t i = 0; i < at.size(); ++i)
+              at[i] = non_negative(offsets.data()[i], "offset");
+            if (out) {
+              py::buffer_info info = out->request(true);
+              size_t bytes = static_cast<size_t>(info.size * info.itemsize);
+              if (!PyBuffer_IsContiguous(info.view(), 'C') || bytes != at.size() * len) {
+                throw py::value_error("out must be a C-contiguous writable buffer of " +
+                                      std::to_string(at.size() * len) + " bytes");
+              }
+              auto* dst = static_cast<uint8_t*>(info.ptr);
+              py::gil_scoped_release release;
+              r.read_batch_into(at, len, dst);
+              return *out;
+            }
+            pod_init::AlignedBuffer rows;
+            {
+              py::gil_scoped_release release;
+              rows = r.read_batch(at, len);
+            }
+            return owning_array(
+                rows.release(), 0,
+                {static_cast<py::ssize_t>(at.size()), static_cast<py::ssize_t>(len)});
+          },
+          py::arg("offsets"), py::arg("length"), py::arg("out") = py::none(),
+          "Rows of length bytes, one per offset, all read with the queue kept full; into `out` "
+          "(reused between calls) when given, else a new (n, length) uint8 array.")
+      .def(
+          "stats", [](const pod_init::DirectReader& r) { return stats_dict(r.stats()); },
+          "reads, bytes, ios and the IO latency (µs percentiles, histogram).")
+      .def("close", &pod_init::DirectReader::close,
+           "Closes the file; later calls raise ValueError.")
+      .def_property_readonly("path", &pod_init::DirectReader::path)
+      .def_property_readonly("size", &pod_init::DirectReader::size, "Bytes, at open.")
+      .def_property_readonly("block_size", &pod_init::DirectReader::block_size,
+                             "Offset alignment of direct reads.")
+      .def_property_readonly("memory_alignment", &pod_init::DirectReader::memory_alignment)
+      .def_property_readonly("direct", &pod_init::DirectReader::direct,
+                             "False when the filesystem refused O_DIRECT.")
+      .def_property_readonly("queue_depth", &pod_init::DirectReader::queue_depth)
+      .def_property_readonly("backend", &pod_init::DirectReader::backend, "io_uring or pread.")
+      .def_property_readonly("backend_note", &pod_init::DirectReader::backend_note)
+      .def_property_readonly("closed", &pod_init::DirectReader::closed);
 }

@@ -1,0 +1,311 @@
+"""pyinit.io.DirectReader against plain reads: files on the root filesystem,
+a loop block device opened raw, a filesystem without O_DIRECT, both backends,
+forked and spawned DataLoader workers, and the error paths."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pyinit.bench.io import loop_device_over
+from pyinit.io import DirectIOUnavailable, DirectReader
+
+SIZE = (4 << 20) + 777  # not a multiple of any block size
+BACKENDS = ["io_uring", "pread"]
+
+
+@pytest.fixture(scope="module")
+def data_file(tmp_path_factory) -> tuple[Path, bytes]:
+    # /var/tmp is on the root filesystem (ext4 here), where O_DIRECT works; /tmp may be tmpfs.
+    folder = Path("/var/tmp") / f"pyinit-io-{os.getpid()}"
+    folder.mkdir(exist_ok=True)
+    path = folder / "data.bin"
+    content = np.random.default_rng(1).integers(0, 256, SIZE, dtype=np.uint8).tobytes()
+    path.write_bytes(content)
+    yield path, content
+    shutil.rmtree(folder)
+
+
+@pytest.fixture(params=BACKENDS)
+def reader(request, data_file):
+    with DirectReader(data_file[0], queue_depth=16, backend=request.param) as r:
+        yield r
+
+
+def test_properties(reader, data_file):
+    assert reader.direct and reader.size == SIZE
+    assert reader.backend in BACKENDS and reader.block_size in (512, 1024, 2048, 4096)
+    assert reader.path == str(data_file[0])
+
+
+FIXTURE_OK = [HealthCheck.function_scoped_fixture]  # the reader fixture is reused on purpose
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=FIXTURE_OK)
+@given(offset=st.integers(0, SIZE + 5000), length=st.integers(0, 70_000), skew=st.integers(0, 63))
+def test_read_and_read_into_match_plain_reads(reader, data_file, offset, length, skew):
+    content = data_file[1]
+    expected = content[offset : offset + length]
+    got = reader.read(offset, length)
+    assert got.dtype == np.uint8 and got.base is not None  # owns its memory through its base
+    assert got.tobytes() == expected
+    # read_into a buffer that starts `skew` bytes into an allocation: misaligned on purpose
+    backing = np.zeros(length + 64, dtype=np.uint8)
+    target = backing[skew : skew + length]
+    assert reader.read_into(target, offset) == len(expected)
+    assert target[: len(expected)].tobytes() == expected
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=FIXTURE_OK)
+@given(
+    offsets=st.lists(st.integers(0, SIZE - 8192), min_size=0, max_size=80),
+    length=st.sampled_from([1, 4096, 2049 * 2, 8192]),
+)
+def test_read_batch_rows(reader, data_file, offsets, length):
+    rows = reader.read_batch(np.array(offsets, dtype=np.int64), length)
+    assert rows.shape == (len(offsets), length)
+    for row, offset in zip(rows, offsets, strict=True):
+        assert row.tobytes() == data_file[1][offset : offset + length]
+
+
+def test_end_of_file_edges(reader, data_file):
+    content = data_file[1]
+    assert reader.read(SIZE - 10, 100).tobytes() == content[-10:]  # short tail
+    assert reader.read(SIZE, 100).size == 0  # at EOF
+    assert reader.read(SIZE + 4096, 1).size == 0  # past EOF
+    assert reader.read(123, 0).size == 0
+    assert reader.read_into(bytearray(0), 5) == 0
+    whole = reader.read(0, SIZE + 1)
+    assert whole.tobytes() == content
+    with pytest.raises(ValueError, match="ends past the end of the file"):
+        reader.read_batch([SIZE - 100], 101)
+
+
+def test_bad_arguments(reader):
+    with pytest.raises(ValueError, match="offset must be >= 0"):
+        reader.read(-1, 10)
+    with pytest.raises(ValueError, match="length must be >= 0"):
+        reader.read(0, -10)
+    with pytest.raises(ValueError, match="overflows"):
+        reader.read(2**63 - 1, 2)
+    assert reader.read(10, 2**50).size == SIZE - 10  # no more than the file holds
+    with pytest.raises(BufferError):
+        reader.read_into(b"read-only", 0)
+    with pytest.raises(ValueError, match="one-dimensional"):
+        reader.read_batch([[0, 1]], 10)
+    with pytest.raises(ValueError, match="queue_depth"):
+        DirectReader(reader.path, queue_depth=0)
+    with pytest.raises(ValueError, match="backend must be"):
+        DirectReader(reader.path, backend="aio")
+    reader.close()
+    assert reader.closed
+    with pytest.raises(ValueError, match="closed"):
+        reader.read(0, 1)
+    reader.close()  # twice is fine
+
+
+def test_os_errors_are_the_right_subclass(tmp_path):
+    with pytest.raises(FileNotFoundError) as missing:
+        DirectReader(tmp_path / "nope")
+    assert missing.value.filename == str(tmp_path / "nope")
+    with pytest.raises(IsADirectoryError):
+        DirectReader(tmp_path)
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(OSError) as fifo:
+        DirectReader(tmp_path / "fifo", queue_depth=1)
+    assert fifo.value.errno == errno.EINVAL  # not a file one can read at offsets
+
+
+def test_permission_denied_unprivileged(data_file, tmp_path):
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root to drop to another user (CI runs as root)")
+    secret = Path("/var/tmp") / f"pyinit-secret-{os.getpid()}"
+    secret.write_bytes(b"x" * 4096)
+    secret.chmod(0o600)
+    code = (
+        "from pyinit.io import DirectReader\n"
+        "try:\n"
+        f"    DirectReader({str(secret)!r})\n"
+        "except PermissionError as e:\n"
+        "    print('PermissionError', e.filename)\n"
+    )
+    try:
+        proc = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+             sys.executable, "-c", code],
+            capture_output=True, text=True, cwd="/", timeout=60,
+        )  # fmt: skip
+    finally:
+        secret.unlink()
+    assert proc.stdout.strip() == f"PermissionError {secret}", proc.stderr
+
+
+def test_no_descriptor_leak(data_file):
+    fds = len(os.listdir("/proc/self/fd"))
+    for i in range(300):
+        with DirectReader(data_file[0], queue_depth=4, backend=BACKENDS[i % 2]) as r:
+            r.read(i * 100, 10)
+    assert len(os.listdir("/proc/self/fd")) == fds
+
+
+def test_truncated_while_open_gives_short_reads(tmp_path_factory):
+    path = Path("/var/tmp") / f"pyinit-trunc-{os.getpid()}.bin"
+    path.write_bytes(bytes(range(256)) * 4096)  # 1 MiB
+    try:
+        with DirectReader(path) as r:
+            os.truncate(path, 100_000)
+            assert r.read(500_000, 4096).size == 0
+            assert r.read(99_000, 4096).size == 1000
+            with pytest.raises(ValueError, match="ends past the end"):
+                r.read_batch([200_000], 10)
+    finally:
+        path.unlink()
+
+
+def test_stats_count_reads_bytes_and_latency(data_file):
+    with DirectReader(data_file[0], backend="pread") as r:
+        r.read(0, 10)
+        r.read_batch([0, 8192, 16384], 4096)
+        stats = r.stats()
+    assert stats["reads"] == 4 and stats["bytes"] == 10 + 3 * 4096
+    assert stats["ios"] == 4
+    latency = stats["io_latency_us"]
+    assert 0 < latency["p50"] <= latency["p99"] <= latency["p99.9"] <= latency["max"]
+    assert sum(count for _, count in stats["io_latency_histogram_ns"]) == 4
+
+
+def test_fork_and_pickle(data_file):
+    content = data_file[1]
+    with DirectReader(data_file[0]) as r:
+        assert r.read(0, 4).tobytes() == content[:4]
+        pid = os.fork()
+        if pid == 0:  # the child builds its own ring on first use
+            ok = r.read(5000, 3000).tobytes() == content[5000:8000]
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert r.read(9, 3).tobytes() == content[9:12]
+        clone = pickle.loads(pickle.dumps(r))
+    with clone:
+        assert clone.read(100, 50).tobytes() == content[100:150]
+        assert clone.queue_depth == 32 and clone.backend == r.backend
+
+
+class Windows:
+    """A map-style dataset of 4099-byte windows (module level: spawn pickles it)."""
+
+    def __init__(self, reader: DirectReader):
+        self.reader = reader
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int):
+        import torch
+
+        return torch.from_numpy(self.reader.read(i * 4099, 4099))
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_dataloader_workers(data_file, context):
+    torch = pytest.importorskip("torch", reason="torch is installed by the test command")
+    from torch.utils.data import DataLoader
+
+    reader = DirectReader(data_file[0])  # made before the workers start
+    workers = {"num_workers": 2, "multiprocessing_context": context}
+    loader = DataLoader(Windows(reader), batch_size=8, **workers)
+    got = torch.cat(list(loader)).numpy().tobytes()
+    assert got == b"".join(data_file[1][i * 4099 : (i + 1) * 4099] for i in range(64))
+    reader.close()
+
+
+# Needs root: a loop device, a ramfs mount, the io_uring sysctl.
+
+
+def need_root(tool: str) -> None:
+    if os.geteuid() != 0 or shutil.which(tool) is None:
+        pytest.skip(f"needs root and {tool} (CI runs as root)")
+
+
+@pytest.mark.root
+def test_raw_loop_block_device(data_file):
+    need_root("losetup")
+    image = data_file[0].parent / "disk.img"
+    content = data_file[1][: 4 << 20]
+    image.write_bytes(content)
+    try:
+        with loop_device_over(image) as dev, DirectReader(dev) as r:
+            assert r.size == 4 << 20 and r.direct
+            assert r.block_size == int(
+                Path(f"/sys/block/{Path(dev).name}/queue/logical_block_size").read_text()
+            )
+            assert r.read(1234, 5000).tobytes() == content[1234:6234]
+            rows = r.read_batch([0, 4096, 1 << 20], 4096)
+            assert rows[2].tobytes() == content[1 << 20 : (1 << 20) + 4096]
+    finally:
+        image.unlink()
+
+
+@pytest.mark.root
+def test_filesystem_without_o_direct_falls_back_and_says_so(tmp_path):
+    need_root("mount")
+    mount = tmp_path / "ramfs"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "ramfs", "none", str(mount)], check=True)
+    try:
+        (mount / "f.bin").write_bytes(b"abcdefgh" * 1000)
+        with pytest.warns(DirectIOUnavailable, match="refuses O_DIRECT"):
+            r = DirectReader(mount / "f.bin")
+        with r:
+            assert not r.direct
+            assert r.read(3, 10).tobytes() == (b"abcdefgh" * 2)[3:13]
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+@pytest.mark.root
+def test_auto_falls_back_to_pread_when_io_uring_is_disabled(data_file):
+    knob = Path("/proc/sys/kernel/io_uring_disabled")
+    if os.geteuid() != 0 or not knob.exists():
+        pytest.skip("needs root and kernel.io_uring_disabled (Linux 6.6+)")
+    before = knob.read_text()
+    knob.write_text("2\n")
+    try:
+        with DirectReader(data_file[0]) as r:
+            assert r.backend == "pread"
+            assert "io_uring unavailable (EPERM)" in r.backend_note
+            assert r.read(0, 8).tobytes() == data_file[1][:8]
+        with pytest.raises(PermissionError):
+            DirectReader(data_file[0], backend="io_uring")
+    finally:
+        knob.write_text(before)
+
+
+@pytest.mark.root
+def test_io_benchmark_runs_beside_fio(tmp_path, pyinit_bin):
+    need_root("losetup")
+    out = tmp_path / "io.json"
+    proc = subprocess.run(
+        [pyinit_bin, "bench", "io", "--loop", "16M", "--loop-dir", "/var/tmp", "--runtime", "0.3",
+         "--rounds", "1", "--out", out],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    table = json.loads(out.read_text())["table"]
+    assert set(table) == {"4k-randread-qd1", "4k-randread-qd32", "1m-read-qd16"}
+    tools = {"pyinit", "fio"} if shutil.which("fio") else {"pyinit"}
+    for pattern in table.values():
+        assert set(pattern) == tools
+        assert all(v["iops"] > 0 and v["p50_us"] > 0 for v in pattern.values())
+    assert ("ratio" in proc.stdout) == ("fio" in tools)
