@@ -143,12 +143,15 @@ def run_reader(target: str, pattern: Pattern, runtime: float, backend: str) -> R
         else:
             # Many IOs per call, the queue kept full: what read_batch gives a data loader.
             # read_batch returns when its last read does, so the queue drains at the
-            # end of every call: give each call enough (at least 256 MiB, or 64
-            # reads per slot) that the drain is a percent of the time, not ten.
-            per_call = max(64 * pattern.depth, (256 << 20) // pattern.block_size)
+            # end of every call: give each call 64 reads per queue slot, and for
+            # large blocks 256 MiB, so the drain is a percent of the time, not ten.
+            per_call = 64 * pattern.depth
+            if pattern.block_size > 64 << 10:
+                per_call = (256 << 20) // pattern.block_size
             # One reused output, as a loader filling a pinned buffer does; a new
             # array per call would also time faulting in its pages.
             out = aligned_empty((per_call, pattern.block_size))
+            out.fill(0)  # fault its pages in now, not during the first timed call
             count = 0
             started = time.perf_counter()
             position = 0
