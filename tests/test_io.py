@@ -185,6 +185,29 @@ def test_stats_count_reads_bytes_and_latency(data_file):
     assert sum(count for _, count in stats["io_latency_histogram_ns"]) == 4
 
 
+def test_threads_share_a_reader(data_file):
+    # An io_uring ring serves one thread; a call from another builds it its own.
+    import threading
+
+    content = data_file[1]
+    errors = []
+    with DirectReader(data_file[0], queue_depth=8, backend="io_uring") as r:
+
+        def work(seed: int) -> None:
+            rng = np.random.default_rng(seed)
+            for offset in rng.integers(0, SIZE - 5000, 200).tolist():
+                if r.read(offset, 5000).tobytes() != content[offset : offset + 5000]:
+                    errors.append(offset)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert r.stats()["reads"] == 600
+    assert errors == []
+
+
 def test_fork_and_pickle(data_file):
     content = data_file[1]
     with DirectReader(data_file[0]) as r:
