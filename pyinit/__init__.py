@@ -10,6 +10,7 @@ __all__ = [
     "Bar",
     "Bar0",
     "Device",
+    "DirectReader",
     "Finding",
     "Link",
     "Matrix",
@@ -17,7 +18,19 @@ __all__ = [
     "NvmlView",
     "Topology",
     "__version__",
+    "aligned_empty",
     "configure_nccl",
     "read_nvml",
     "scan",
 ]
+
+# The reader pulls in numpy; load it on first use so `import pyinit` stays quick.
+_LAZY = {"DirectReader": "pyinit.io", "aligned_empty": "pyinit.io"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'pyinit' has no attribute {name!r}")
