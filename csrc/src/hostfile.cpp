@@ -1,7 +1,6 @@
 #include "pod_init/hostfile.hpp"
 
 #include <arpa/inet.h>
-#include <ifaddrs.h>
 #include <netinet/in.h>
 
 #include <algorithm>
@@ -179,27 +178,6 @@ int find_own_rank(const std::vector<HostEntry>& hosts,
     return -EEXIST;
   }
   *rank = static_cast<int>(mine.front());
-  return 0;
-}
-
-int local_addresses(std::vector<std::string>* addresses) {
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) < 0) return -errno;
-  addresses->clear();
-  for (ifaddrs* it = list; it != nullptr; it = it->ifa_next) {
-    if (it->ifa_addr == nullptr) continue;
-    char out[INET6_ADDRSTRLEN];
-    const void* raw = nullptr;
-    if (it->ifa_addr->sa_family == AF_INET) {
-      raw = &reinterpret_cast<const sockaddr_in*>(it->ifa_addr)->sin_addr;
-    } else if (it->ifa_addr->sa_family == AF_INET6) {
-      raw = &reinterpret_cast<const sockaddr_in6*>(it->ifa_addr)->sin6_addr;
-    }
-    if (raw && inet_ntop(it->ifa_addr->sa_family, raw, out, sizeof out)) {
-      addresses->emplace_back(out);
-    }
-  }
-  freeifaddrs(list);
   return 0;
 }
 

@@ -93,9 +93,11 @@ void load_hosts(const NcclRequest& request, NcclConfig* config) {
   if (parse_hostfile(text, false, &config->hosts, &error) < 0) {
     throw InputError(request.hostfile_path, error.line, error.message);
   }
-  std::vector<std::string> own;
-  int rc = local_addresses(&own);
+  std::vector<InterfaceAddress> interfaces;
+  int rc = interface_addresses(&interfaces);
   if (rc < 0) throw SysError(-rc, "getifaddrs");
+  std::vector<std::string> own;
+  for (const InterfaceAddress& entry : interfaces) own.push_back(entry.address);
   if (find_own_rank(config->hosts, own, &config->node_rank, &error) < 0) {
     throw InputError(request.hostfile_path, error.line, error.message);
   }

@@ -50,8 +50,8 @@ std::string address_text(const sockaddr* addr) {
 }  // namespace
 
 int route_interface(const std::string& address, std::string* interface, std::string* source) {
-  // Without a master, any address outside this host shows the default route
-  // (TEST-NET-1, never routed anywhere specific).
+  // Without a master, an address from TEST-NET-1 (RFC 5737, normally off-link)
+  // shows which interface the default route uses.
   std::string target = address.empty() ? "192.0.2.1" : address;
   sockaddr_storage remote{};
   socklen_t length = make_sockaddr(target, &remote);
@@ -71,16 +71,28 @@ int route_interface(const std::string& address, std::string* interface, std::str
 
   // The interface that holds the source address; a route to this host's own
   // address goes through lo, but the address belongs to the real interface.
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) < 0) return -errno;
-  interface->clear();
-  for (ifaddrs* it = list; it != nullptr && interface->empty(); it = it->ifa_next) {
-    if (it->ifa_addr != nullptr && address_text(it->ifa_addr) == *source) {
-      *interface = it->ifa_name;
+  std::vector<InterfaceAddress> addresses;
+  if ((rc = interface_addresses(&addresses)) < 0) return rc;
+  for (const InterfaceAddress& entry : addresses) {
+    if (entry.address == *source) {
+      *interface = entry.interface;
+      return 0;
     }
   }
+  return -ENODEV;
+}
+
+int interface_addresses(std::vector<InterfaceAddress>* addresses) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) < 0) return -errno;
+  addresses->clear();
+  for (ifaddrs* it = list; it != nullptr; it = it->ifa_next) {
+    if (it->ifa_addr == nullptr) continue;
+    std::string text = address_text(it->ifa_addr);
+    if (!text.empty()) addresses->push_back({it->ifa_name, text});
+  }
   freeifaddrs(list);
-  return interface->empty() ? -ENODEV : 0;
+  return 0;
 }
 
 bool interface_exists(const std::string& name) {

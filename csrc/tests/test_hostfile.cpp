@@ -98,11 +98,5 @@ TEST(Rank, FoundExactlyOnce) {
   EXPECT_NE(error.message.find("1, 3"), std::string::npos);
 }
 
-TEST(Rank, LocalAddressesIncludeLoopback) {
-  std::vector<std::string> addresses;
-  ASSERT_EQ(local_addresses(&addresses), 0);
-  EXPECT_NE(std::find(addresses.begin(), addresses.end(), "127.0.0.1"), addresses.end());
-}
-
 }  // namespace
 }  // namespace pod_init

@@ -24,6 +24,15 @@ TEST(Netif, ContainerBridgesHaveNoPhysicalPort) {
   std::filesystem::remove_all(root);
 }
 
+TEST(Netif, AddressesIncludeLoopback) {
+  std::vector<InterfaceAddress> addresses;
+  ASSERT_EQ(interface_addresses(&addresses), 0);
+  bool loopback = false;
+  for (const auto& entry : addresses)
+    loopback |= entry.interface == "lo" && entry.address == "127.0.0.1";
+  EXPECT_TRUE(loopback);
+}
+
 TEST(Netif, LoopbackRoutesThroughLo) {
   std::string interface, source;
   ASSERT_EQ(route_interface("127.0.0.2", &interface, &source), 0);

@@ -32,9 +32,6 @@ int expand_nodelist(std::string_view list, std::vector<std::string>* names, Line
 int find_own_rank(const std::vector<HostEntry>& hosts,
                   const std::vector<std::string>& own_addresses, int* rank, LineError* error);
 
-// The addresses of this machine's interfaces (getifaddrs), canonical text.
-int local_addresses(std::vector<std::string>* addresses);
-
 // "ADDRESS node-K" lines, node 0 first: the master is node-0.
 std::string hosts_lines(const std::vector<HostEntry>& hosts);
 

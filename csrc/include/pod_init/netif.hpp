@@ -3,8 +3,17 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace pod_init {
+
+struct InterfaceAddress {
+  std::string interface;
+  std::string address;  // canonical text (IPv4 or IPv6)
+};
+
+// Every address of every interface of this machine (getifaddrs). Returns 0 or -errno.
+int interface_addresses(std::vector<InterfaceAddress>* addresses);
 
 // The interface holding the source address the kernel picks for `address`
 // (a UDP connect, nothing is sent). With `address` empty, the default
