@@ -51,6 +51,17 @@ struct DirectReader::Piece {
   uint64_t delivered = 0;  // bytes of [want_lo, want_hi) that arrived
 };
 
+// The wanted bytes that arrived, up to the first piece that came back short
+// (the end of the file).
+uint64_t DirectReader::contiguous_bytes(const std::vector<Piece>& pieces) {
+  uint64_t total = 0;
+  for (const Piece& piece : pieces) {
+    total += piece.delivered;
+    if (piece.delivered < piece.want_hi - piece.want_lo) break;
+  }
+  return total;
+}
+
 DirectReader::DirectReader(std::string path, unsigned queue_depth, BackendChoice backend)
     : path_(std::move(path)), depth_(queue_depth), choice_(backend) {
   if (queue_depth < 1 || queue_depth > 4096) {
@@ -240,10 +251,7 @@ DirectReader::Span DirectReader::read(uint64_t offset, uint64_t length) {
   std::lock_guard<std::mutex> lock(mutex_);
   ensure_backend();
   run(&pieces);
-  for (const Piece& piece : pieces) {
-    span.length += piece.delivered;
-    if (piece.delivered < piece.want_hi - piece.want_lo) break;  // end of file
-  }
+  span.length = contiguous_bytes(pieces);
   ++stats_.reads;
   stats_.bytes += span.length;
   return span;
@@ -258,11 +266,7 @@ size_t DirectReader::read_into(uint8_t* dst, size_t length, uint64_t offset) {
   std::lock_guard<std::mutex> lock(mutex_);
   ensure_backend();
   run(&pieces);
-  size_t total = 0;
-  for (const Piece& piece : pieces) {
-    total += piece.delivered;
-    if (piece.delivered < piece.want_hi - piece.want_lo) break;
-  }
+  size_t total = contiguous_bytes(pieces);
   ++stats_.reads;
   stats_.bytes += total;
   return total;
@@ -301,11 +305,9 @@ void DirectReader::read_batch_into(const std::vector<uint64_t>& offsets, size_t 
   std::lock_guard<std::mutex> lock(mutex_);
   ensure_backend();
   run(&pieces);
-  for (const Piece& piece : pieces) {
-    if (piece.delivered < piece.want_hi - piece.want_lo) {
-      // Checked against the size above: the file shrank while we read.
-      throw SysError(ENODATA, path_ + " (shrank while reading)");
-    }
+  if (contiguous_bytes(pieces) < offsets.size() * length) {
+    // Checked against the size above: the file shrank while we read.
+    throw SysError(ENODATA, path_ + " (shrank while reading)");
   }
   stats_.reads += offsets.size();
   stats_.bytes += offsets.size() * length;

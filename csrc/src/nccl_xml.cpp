@@ -74,24 +74,16 @@ void render(const Element& e, int depth, std::string* out) {
   *out += "</" + e.name + ">\n";
 }
 
-// A pci element as NCCL's sysfs reader would fill it. Speed: the slower of the
-// device's and its port's capability, like NCCL (an idle GPU trains down);
-// width: the trained width, so a degraded link shows as the bottleneck it is.
+// A pci element as NCCL's sysfs reader would fill it, but with the link's
+// trained width where NCCL takes the capability (link_capability()).
 Element pci_element(const PciDevice& dev, const DeviceIndex& index) {
-  double speed = dev.link.max_speed_gts.value_or(dev.link.speed_gts.value_or(0));
-  if (!dev.upstream.empty()) {
-    auto port = index.find(dev.upstream.back());
-    if (port != index.end() && port->second->link.max_speed_gts) {
-      speed = std::min(speed, *port->second->link.max_speed_gts);
-    }
-  }
-  int width = dev.link.width.value_or(dev.link.max_width.value_or(0));
+  LinkCapability link = link_capability(dev, index);
   Element pci{"pci", {}, {}};
   pci.attr("busid", dev.bdf).attr("class", hex_attr(dev.class_code, 6));
   if (dev.vendor != 0) pci.attr("vendor", hex_attr(dev.vendor, 4));
   if (dev.device != 0) pci.attr("device", hex_attr(dev.device, 4));
-  pci.attr("link_speed", speed > 0 ? nccl_link_speed(speed) : "Unknown speed");
-  return pci.attr("link_width", width);
+  pci.attr("link_speed", link.speed_gts > 0 ? nccl_link_speed(link.speed_gts) : "Unknown speed");
+  return pci.attr("link_width", link.width);
 }
 
 std::string net_name(const PciDevice& dev) {

@@ -206,19 +206,15 @@ HopMatrix gpu_hops(const Topology& topo, const GpuDetailsMap& details) {
   for (const PciDevice& dev : topo.devices) {
     if (dev.kind == DeviceKind::Gpu) gpus.push_back(&dev);
   }
-  // Capability speed (an idle GPU trains down) at the trained width (a
-  // degraded link is the bottleneck it looks like).
-  auto link_gbs = [](const PciDevice& gpu) {
-    const LinkInfo& link = gpu.link;
-    double speed = link.max_speed_gts.value_or(link.speed_gts.value_or(0));
-    int width = link.width.value_or(0);
-    return speed > 0 && width > 0 ? pcie_link_gbs(speed, width) : 0.0;
+  DeviceIndex index = index_by_bdf(topo.devices);
+  auto link_gbs = [&](const PciDevice& gpu) {
+    LinkCapability link = link_capability(gpu, index);
+    return link.speed_gts > 0 && link.width > 0 ? pcie_link_gbs(link.speed_gts, link.width) : 0.0;
   };
   auto detail = [&](const PciDevice& gpu) -> const GpuDetails* {
     auto found = details.find(gpu.bdf);
     return found == details.end() ? nullptr : &found->second;
   };
-  DeviceIndex index = index_by_bdf(topo.devices);
   HopMatrix hops(gpus.size(), std::vector<RingHop>(gpus.size()));
   for (size_t a = 0; a < gpus.size(); ++a) {
     for (size_t b = 0; b < gpus.size(); ++b) {

@@ -112,6 +112,19 @@ Level classify(const PciDevice& a, const PciDevice& b, const DeviceIndex& index)
   return switches.size() <= 1 ? Level::Pix : Level::Pxb;
 }
 
+LinkCapability link_capability(const PciDevice& dev, const DeviceIndex& index) {
+  LinkCapability cap;
+  cap.speed_gts = dev.link.max_speed_gts.value_or(dev.link.speed_gts.value_or(0));
+  if (!dev.upstream.empty()) {
+    auto port = index.find(dev.upstream.back());
+    if (port != index.end() && port->second->link.max_speed_gts) {
+      cap.speed_gts = std::min(cap.speed_gts, *port->second->link.max_speed_gts);
+    }
+  }
+  cap.width = dev.link.width.value_or(dev.link.max_width.value_or(0));
+  return cap;
+}
+
 Matrix build_matrix(const std::vector<PciDevice>& devices) {
   Matrix matrix;
   DeviceIndex index = index_by_bdf(devices);

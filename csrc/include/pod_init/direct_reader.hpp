@@ -79,6 +79,7 @@ class DirectReader {
   void plan(uint64_t offset, uint64_t length, uint8_t* dst, bool dst_is_span,
             std::vector<Piece>* pieces);
   void run(std::vector<Piece>* pieces);
+  static uint64_t contiguous_bytes(const std::vector<Piece>& pieces);
 
   std::string path_;
   unsigned depth_;

@@ -44,6 +44,15 @@ std::vector<std::string> bridges_between(const PciDevice& a, const PciDevice& b)
 
 Level classify(const PciDevice& a, const PciDevice& b, const DeviceIndex& index);
 
+// What a device's link carries when busy: the top speed both ends support (an
+// idle GPU trains its speed down, so the current speed says little) at the
+// trained width (a degraded width is real). Zeros where sysfs did not say.
+struct LinkCapability {
+  double speed_gts = 0;
+  int width = 0;
+};
+LinkCapability link_capability(const PciDevice& dev, const DeviceIndex& index);
+
 struct Matrix {
   std::vector<size_t> members;      // indices into Topology::devices: GPUs, NICs, NVMe
   std::vector<std::string> labels;  // GPU0.., NIC0.., NVME0..
