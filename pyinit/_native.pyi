@@ -59,21 +59,21 @@ class NcclConfig:
         GPU indices in ring order.
         """
 class DirectReader:
-    def __init__(self, path: str, queue_depth: typing.SupportsInt | typing.SupportsIndex = 32, backend: str = 'auto') -> None:
+    def __init__(self, path: str | collections.abc.Sequence[str], queue_depth: typing.SupportsInt | typing.SupportsIndex = 32, backend: str = 'auto', page_cache: bool = False) -> None:
         """
-        Opens path (file or block device) with O_DIRECT; OSError when it cannot.
+        Opens path (a file or block device, or a list of them) with O_DIRECT; OSError when one cannot be opened. page_cache: copy batch rows whose pages are all resident.
         """
     def close(self) -> None:
         """
-        Closes the file; later calls raise ValueError.
+        Closes the files; later calls raise ValueError.
         """
     def read(self, offset: typing.SupportsInt | typing.SupportsIndex, length: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.uint8]:
         """
         length bytes at offset as an owning uint8 array (shorter at the end of the file).
         """
-    def read_batch(self, offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], length: typing.SupportsInt | typing.SupportsIndex, out: typing_extensions.Buffer | None = None) -> typing.Any:
+    def read_batch(self, offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], length: typing.SupportsInt | typing.SupportsIndex, out: typing_extensions.Buffer | None = None, files: typing.Annotated[numpy.typing.ArrayLike, numpy.int64] | None = None) -> typing.Any:
         """
-        Rows of length bytes, one per offset, all read with the queue kept full; into `out` (reused between calls) when given, else a new (n, length) uint8 array.
+        Rows of length bytes, one per offset (in file files[i], else the only file), all read with the queue kept full; into `out` (reused between calls) when given, else a new (n, length) uint8 array.
         """
     def read_into(self, buffer: typing_extensions.Buffer, offset: typing.SupportsInt | typing.SupportsIndex) -> int:
         """
@@ -81,7 +81,7 @@ class DirectReader:
         """
     def stats(self) -> dict:
         """
-        reads, bytes, ios and the IO latency (µs percentiles, histogram).
+        reads, bytes, ios, page_cache_reads and the IO latency (µs percentiles, histogram).
         """
     @property
     def backend(self) -> str:
@@ -102,13 +102,21 @@ class DirectReader:
     @property
     def direct(self) -> bool:
         """
-        False when the filesystem refused O_DIRECT.
+        False when the filesystem refused O_DIRECT for a file.
         """
     @property
     def memory_alignment(self) -> int:
         ...
     @property
+    def page_cache(self) -> bool:
+        ...
+    @property
     def path(self) -> str:
+        """
+        The file of a single-file reader.
+        """
+    @property
+    def paths(self) -> list[str]:
         ...
     @property
     def queue_depth(self) -> int:
@@ -116,7 +124,12 @@ class DirectReader:
     @property
     def size(self) -> int:
         """
-        Bytes, at open.
+        Bytes at open, of a single-file reader.
+        """
+    @property
+    def sizes(self) -> list[int]:
+        """
+        Bytes at open, per file.
         """
 def aligned_empty(nbytes: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.uint8]:
     """

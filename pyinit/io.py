@@ -10,9 +10,18 @@ the memory the caller gets back.
         reader.read_into(pinned.numpy(), offset)       # any writable buffer
         reader.read_batch(offsets, 4096, out=buffer)   # reuse one buffer between calls
 
+    # One queue over many files: row i comes from file files[i].
+    with DirectReader(shard_paths, page_cache=True) as reader:
+        rows = reader.read_batch(offsets, 2050, files=shard_of_row)
+
 Reads go straight into the destination when its address, the offset and the
 length are aligned (``aligned_empty`` makes such buffers; pinned torch memory
 is page-aligned); otherwise through bounce buffers and one copy.
+
+O_DIRECT goes to the device even when the page cache holds the data. With
+``page_cache=True``, batch rows whose pages are all resident (mincore on a
+read-only mapping; no IO, no readahead) are copied from memory instead, so a
+data set that fits in RAM and was read before costs no device reads.
 
 A reader made before a DataLoader forks its workers works in each of them (the
 child builds its own ring on first use) and pickles for spawn-based workers
@@ -23,6 +32,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -47,26 +57,39 @@ class DirectIOUnavailable(RuntimeWarning):
 
 
 class DirectReader(_native.DirectReader):
-    """Reads ``path`` (a file or a raw block device) with O_DIRECT.
+    """Reads ``path`` (a file or a raw block device, or a list of them) with O_DIRECT.
 
     ``queue_depth``: reads kept in flight (1 to 4096). ``backend``: ``"auto"``
     (io_uring, else pread with the reason in ``backend_note``), ``"io_uring"``
-    (OSError when the kernel refuses it) or ``"pread"``.
+    (OSError when the kernel refuses it) or ``"pread"``. ``page_cache``: serve
+    batch rows that are wholly in the page cache from it. A reader over several
+    files reads batches across them (``read_batch(..., files=...)``); ``path``
+    and ``size`` belong to single-file readers, ``paths`` and ``sizes`` to all.
 
     Raises the matching ``OSError`` subclass with ``.filename`` (for example
     ``FileNotFoundError``, ``PermissionError``, ``IsADirectoryError``) and
     ``ValueError`` for bad arguments or a closed reader.
     """
 
-    def __init__(self, path: str | os.PathLike[str], queue_depth: int = 32, backend: str = "auto"):
-        path = os.fspath(path)
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        queue_depth: int = 32,
+        backend: str = "auto",
+        page_cache: bool = False,
+    ):
+        if isinstance(path, (str, os.PathLike)):
+            paths: str | list[str] = os.fspath(path)
+        else:
+            paths = [os.fspath(p) for p in path]
         if isinstance(queue_depth, bool) or not isinstance(queue_depth, int):
             raise ValueError(f"queue_depth must be an int, not {queue_depth!r}")
-        super().__init__(path, queue_depth, backend)
+        super().__init__(paths, queue_depth, backend, bool(page_cache))
         self._backend_choice = backend
         if not self.direct:
             warnings.warn(
-                f"{path}: the filesystem refuses O_DIRECT; reading through the page cache",
+                f"{self.paths[0]}{' and others' if len(self.paths) > 1 else ''}: the filesystem "
+                "refuses O_DIRECT; reading through the page cache",
                 DirectIOUnavailable,
                 stacklevel=2,
             )
@@ -79,10 +102,21 @@ class DirectReader(_native.DirectReader):
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Spawned workers reopen the file; a forked one keeps the open reader.
-        return (type(self), (self.path, self.queue_depth, self._backend_choice))
+        paths = self.paths
+        return (
+            type(self),
+            (
+                paths[0] if len(paths) == 1 else paths,
+                self.queue_depth,
+                self._backend_choice,
+                self.page_cache,
+            ),
+        )
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else f"{self.size} bytes"
+        paths = self.paths
+        where = repr(paths[0]) if len(paths) == 1 else f"{len(paths)} files"
+        state = "closed" if self.closed else f"{sum(self.sizes)} bytes"
         mode = "direct" if self.direct else "buffered"
         queue = f"{self.backend} depth {self.queue_depth}"
-        return f"<DirectReader {self.path!r} {state}, {mode}, {queue}>"
+        return f"<DirectReader {where} {state}, {mode}, {queue}>"

@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <variant>
 
 #include "pod_init/direct_reader.hpp"
 #include "pod_init/error.hpp"
@@ -57,6 +58,15 @@ uint64_t non_negative(int64_t value, const char* what) {
   return static_cast<uint64_t>(value);
 }
 
+// The one file of a single-file reader; a reader over several has no "the" file.
+size_t only_file(const pod_init::DirectReader& r, const char* what) {
+  if (r.file_count() != 1) {
+    throw py::value_error("the reader holds " + std::to_string(r.file_count()) + " files: use ." +
+                          what + "s");
+  }
+  return 0;
+}
+
 // A 1-D or 2-D uint8 array that owns `data` (freed with free()) and starts at data + head.
 py::array_t<uint8_t> owning_array(uint8_t* data, size_t head, std::vector<py::ssize_t> shape) {
   py::capsule owner(data, [](void* p) { free(p); });
@@ -84,6 +94,7 @@ py::dict stats_dict(const pod_init::ReaderStats& stats) {
   out["reads"] = stats.reads;
   out["bytes"] = stats.bytes;
   out["ios"] = stats.ios;
+  out["page_cache_reads"] = stats.page_cache_reads;
   out["io_latency_us"] = latency;
   out["io_latency_histogram_ns"] = buckets;
   return out;
@@ -217,18 +228,28 @@ PYBIND11_MODULE(_native, m) {
       "bad input, OSError when sysfs cannot be read.");
 
   py::class_<pod_init::DirectReader>(m, "DirectReader")
-      .def(py::init([](const std::string& path, int queue_depth, const std::string& backend) {
+      .def(py::init([](const std::variant<std::string, std::vector<std::string>>& path,
+                       int queue_depth, const std::string& backend, bool page_cache) {
              pod_init::BackendChoice choice = backend_choice(backend);
              if (queue_depth < 1 || queue_depth > 4096) {
                throw py::value_error("queue_depth must be from 1 to 4096, not " +
                                      std::to_string(queue_depth));
              }
+             std::vector<std::string> paths;
+             if (const auto* one = std::get_if<std::string>(&path)) {
+               paths.push_back(*one);
+             } else {
+               paths = std::get<std::vector<std::string>>(path);
+             }
+             if (paths.empty()) throw py::value_error("no paths given");
              py::gil_scoped_release release;
              return std::make_unique<pod_init::DirectReader>(
-                 path, static_cast<unsigned>(queue_depth), choice);
+                 std::move(paths), static_cast<unsigned>(queue_depth), choice, page_cache);
            }),
            py::arg("path"), py::arg("queue_depth") = 32, py::arg("backend") = "auto",
-           "Opens path (file or block device) with O_DIRECT; OSError when it cannot.")
+           py::arg("page_cache") = false,
+           "Opens path (a file or block device, or a list of them) with O_DIRECT; OSError when "
+           "one cannot be opened. page_cache: copy batch rows whose pages are all resident.")
       .def(
           "read",
           [](pod_init::DirectReader& r, int64_t offset, int64_t length) {
@@ -237,7 +258,7 @@ PYBIND11_MODULE(_native, m) {
             pod_init::DirectReader::Span span;
             {
               py::gil_scoped_release release;
-              span = r.read(off, len);
+              span = r.read(off, len, static_cast<uint32_t>(only_file(r, "path")));
             }
             size_t head = span.head, got = span.length;
             return owning_array(span.buffer.release(), head, {static_cast<py::ssize_t>(got)});
@@ -255,7 +276,7 @@ PYBIND11_MODULE(_native, m) {
             auto* dst = static_cast<uint8_t*>(info.ptr);
             size_t length = static_cast<size_t>(info.size * info.itemsize);
             py::gil_scoped_release release;
-            return r.read_into(dst, length, off);
+            return r.read_into(dst, length, off, static_cast<uint32_t>(only_file(r, "path")));
           },
           py::arg("buffer"), py::arg("offset"),
           "Fills a writable buffer from offset; returns the bytes read.")
@@ -263,12 +284,30 @@ PYBIND11_MODULE(_native, m) {
           "read_batch",
           [](pod_init::DirectReader& r,
              const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& offsets,
-             int64_t length, std::optional<py::buffer> out) -> py::object {
+             int64_t length, std::optional<py::buffer> out,
+             const std::optional<py::array_t<int64_t, py::array::c_style | py::array::forcecast>>&
+                 files) -> py::object {
             uint64_t len = non_negative(length, "length");
             if (offsets.ndim() != 1) throw py::value_error("offsets must be one-dimensional");
             std::vector<uint64_t> at(static_cast<size_t>(offsets.size()));
             for (size_t i = 0; i < at.size(); ++i)
               at[i] = non_negative(offsets.data()[i], "offset");
+            std::vector<uint32_t> file_of;
+            if (files) {
+              if (files->ndim() != 1 || static_cast<size_t>(files->size()) != at.size()) {
+                throw py::value_error("files must be one-dimensional, one index per offset");
+              }
+              file_of.resize(at.size());
+              for (size_t i = 0; i < at.size(); ++i) {
+                int64_t file = files->data()[i];
+                if (file < 0 || static_cast<uint64_t>(file) >= r.file_count()) {
+                  throw py::value_error("file index " + std::to_string(file) +
+                                        " out of range: the reader holds " +
+                                        std::to_string(r.file_count()) + " files");
+                }
+                file_of[i] = static_cast<uint32_t>(file);
+              }
+            }
             if (out) {
               py::buffer_info info = out->request(true);
               size_t bytes = static_cast<size_t>(info.size * info.itemsize);
@@ -278,33 +317,55 @@ PYBIND11_MODULE(_native, m) {
               }
               auto* dst = static_cast<uint8_t*>(info.ptr);
               py::gil_scoped_release release;
-              r.read_batch_into(at, len, dst);
+              r.read_batch_into(at, len, dst, file_of);
               return *out;
             }
             pod_init::AlignedBuffer rows;
             {
               py::gil_scoped_release release;
-              rows = r.read_batch(at, len);
+              rows = r.read_batch(at, len, file_of);
             }
             return owning_array(
                 rows.release(), 0,
                 {static_cast<py::ssize_t>(at.size()), static_cast<py::ssize_t>(len)});
           },
           py::arg("offsets"), py::arg("length"), py::arg("out") = py::none(),
-          "Rows of length bytes, one per offset, all read with the queue kept full; into `out` "
-          "(reused between calls) when given, else a new (n, length) uint8 array.")
+          py::arg("files") = py::none(),
+          "Rows of length bytes, one per offset (in file files[i], else the only file), all read "
+          "with the queue kept full; into `out` (reused between calls) when given, else a new "
+          "(n, length) uint8 array.")
       .def(
           "stats", [](const pod_init::DirectReader& r) { return stats_dict(r.stats()); },
-          "reads, bytes, ios and the IO latency (µs percentiles, histogram).")
+          "reads, bytes, ios, page_cache_reads and the IO latency (µs percentiles, histogram).")
       .def("close", &pod_init::DirectReader::close,
-           "Closes the file; later calls raise ValueError.")
-      .def_property_readonly("path", &pod_init::DirectReader::path)
-      .def_property_readonly("size", &pod_init::DirectReader::size, "Bytes, at open.")
+           "Closes the files; later calls raise ValueError.")
+      .def_property_readonly(
+          "path", [](const pod_init::DirectReader& r) { return r.path(only_file(r, "path")); },
+          "The file of a single-file reader.")
+      .def_property_readonly(
+          "size", [](const pod_init::DirectReader& r) { return r.size(only_file(r, "size")); },
+          "Bytes at open, of a single-file reader.")
+      .def_property_readonly("paths",
+                             [](const pod_init::DirectReader& r) {
+                               std::vector<std::string> paths;
+                               for (size_t i = 0; i < r.file_count(); ++i)
+                                 paths.push_back(r.path(i));
+                               return paths;
+                             })
+      .def_property_readonly(
+          "sizes",
+          [](const pod_init::DirectReader& r) {
+            std::vector<uint64_t> sizes;
+            for (size_t i = 0; i < r.file_count(); ++i) sizes.push_back(r.size(i));
+            return sizes;
+          },
+          "Bytes at open, per file.")
+      .def_property_readonly("page_cache", &pod_init::DirectReader::page_cache)
       .def_property_readonly("block_size", &pod_init::DirectReader::block_size,
                              "Offset alignment of direct reads.")
       .def_property_readonly("memory_alignment", &pod_init::DirectReader::memory_alignment)
       .def_property_readonly("direct", &pod_init::DirectReader::direct,
-                             "False when the filesystem refused O_DIRECT.")
+                             "False when the filesystem refused O_DIRECT for a file.")
       .def_property_readonly("queue_depth", &pod_init::DirectReader::queue_depth)
       .def_property_readonly("backend", &pod_init::DirectReader::backend, "io_uring or pread.")
       .def_property_readonly("backend_note", &pod_init::DirectReader::backend_note)

@@ -41,6 +41,7 @@ bool is_aligned(const void* p, uint64_t alignment) {
 // caller's memory, or a bounce slot). Of it, the caller wants [want_lo, want_hi),
 // copied to `copy_to` when it went through a slot.
 struct DirectReader::Piece {
+  uint32_t file = 0;
   uint64_t offset = 0;
   uint32_t length = 0;
   uint8_t* io = nullptr;  // nullptr: take a bounce slot when submitting
@@ -62,20 +63,31 @@ uint64_t DirectReader::contiguous_bytes(const std::vector<Piece>& pieces) {
   return total;
 }
 
-DirectReader::DirectReader(std::string path, unsigned queue_depth, BackendChoice backend)
-    : path_(std::move(path)), depth_(queue_depth), choice_(backend) {
+DirectReader::DirectReader(std::vector<std::string> paths, unsigned queue_depth,
+                           BackendChoice backend, bool page_cache)
+    : paths_(std::move(paths)), depth_(queue_depth), choice_(backend), page_cache_(page_cache) {
   if (queue_depth < 1 || queue_depth > 4096) {
     throw InputError("", 0,
                      "queue_depth must be from 1 to 4096, not " + std::to_string(queue_depth));
   }
+  if (paths_.empty()) throw InputError("", 0, "no files to read");
   register_atfork();
-  int rc = open_direct(path_, &file_);
-  if (rc < 0) throw SysError(-rc, path_);
-  std::lock_guard<std::mutex> lock(mutex_);
   try {
+    for (const std::string& path : paths_) {
+      DirectFile file;
+      int rc = open_direct(path, &file);
+      if (rc < 0) throw SysError(-rc, path);
+      files_.push_back(file);
+      if (page_cache_) {
+        ResidentMap map;
+        if ((rc = map.map(file.fd, file.size)) < 0) throw SysError(-rc, path + " (mmap)");
+        resident_.push_back(std::move(map));
+      }
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
     ensure_backend();
   } catch (...) {
-    close_direct(&file_);
+    close();
     throw;
   }
 }
@@ -90,17 +102,55 @@ void DirectReader::close() {
   }
   backend_.reset();
   pool_.reset();
-  close_direct(&file_);
+  resident_.clear();
+  for (DirectFile& file : files_) close_direct(&file);
 }
 
-void DirectReader::check_open() const {
-  if (closed()) throw InputError("", 0, path_ + ": the reader is closed");
+uint32_t DirectReader::block_size() const {
+  uint32_t align = 0;
+  for (const DirectFile& file : files_) align = std::max(align, file.offset_align);
+  return align;
+}
+
+uint32_t DirectReader::memory_alignment() const {
+  uint32_t align = 0;
+  for (const DirectFile& file : files_) align = std::max(align, file.memory_align);
+  return align;
+}
+
+bool DirectReader::direct() const {
+  return std::all_of(files_.begin(), files_.end(), [](const DirectFile& f) { return f.direct; });
+}
+
+void DirectReader::check_open(uint32_t file) const {
+  if (closed()) throw InputError("", 0, paths_[0] + ": the reader is closed");
+  if (file >= files_.size()) {
+    throw InputError("", 0,
+                     "file index " + std::to_string(file) + " out of range: the reader has " +
+                         std::to_string(files_.size()) + " files");
+  }
 }
 
 void DirectReader::check_range(uint64_t offset, uint64_t length) {
   // File offsets are off_t: past INT64_MAX the kernel cannot address them.
   if (offset > INT64_MAX || length > INT64_MAX - offset) {
     throw InputError("", 0, "offset + length overflows the largest file offset");
+  }
+}
+
+void DirectReader::check_window(uint32_t file, uint64_t offset, uint64_t length) {
+  check_open(file);
+  check_range(offset, length);
+  uint64_t size = files_[file].size;
+  if (offset <= size && length <= size - offset) return;
+  // Past the size at open: the file may have grown since.
+  int rc = current_size(files_[file], &size);
+  if (rc < 0) throw SysError(-rc, paths_[file]);
+  if (offset > size || length > size - offset) {
+    throw InputError("", 0,
+                     paths_[file] + ": the window at offset " + std::to_string(offset) + " (" +
+                         std::to_string(length) + " bytes) ends past the end of the file (" +
+                         std::to_string(size) + " bytes)");
   }
 }
 
@@ -132,29 +182,34 @@ void DirectReader::ensure_backend() {
   fork_generation_ = generation;
   pool_ = std::make_unique<BufferPool>();
   int rc = pool_->init(kSlotSize, depth_);
-  if (rc < 0) throw SysError(-rc, path_ + " (bounce buffers)");
+  if (rc < 0) throw SysError(-rc, paths_[0] + " (bounce buffers)");
   backend_note_.clear();
+  std::vector<int> fds;
+  for (const DirectFile& file : files_) fds.push_back(file.fd);
   if (choice_ != BackendChoice::Pread) {
-    rc = make_uring_backend(file_.fd, depth_, pool_.get(), &backend_);
-    if (rc < 0 && choice_ == BackendChoice::IoUring) throw SysError(-rc, path_ + " (io_uring)");
+    rc = make_uring_backend(fds, depth_, pool_.get(), &backend_);
+    if (rc < 0 && choice_ == BackendChoice::IoUring) {
+      throw SysError(-rc, paths_[0] + " (io_uring)");
+    }
     if (rc < 0)
       backend_note_ = "io_uring unavailable (" + errno_name(-rc) + "): " + errno_text(-rc);
   }
-  if (!backend_) backend_ = make_pread_backend(file_.fd, depth_);
+  if (!backend_) backend_ = make_pread_backend(std::move(fds), depth_);
   backend_thread_ = std::this_thread::get_id();
 }
 
-void DirectReader::plan(uint64_t offset, uint64_t length, uint8_t* dst, bool dst_is_span,
-                        std::vector<Piece>* pieces) {
-  const uint64_t align = file_.offset_align;
+void DirectReader::plan(uint32_t file, uint64_t offset, uint64_t length, uint8_t* dst,
+                        bool dst_is_span, std::vector<Piece>* pieces) {
+  const uint64_t align = files_[file].offset_align;
   const uint64_t start = align_down(offset, align);
   const uint64_t end = align_up(offset + length, align);
   // Straight into the caller's memory when the kernel can DMA there as asked.
   const bool direct_ok = dst_is_span || (start == offset && end == offset + length &&
-                                         is_aligned(dst, file_.memory_align));
+                                         is_aligned(dst, files_[file].memory_align));
   const uint64_t step = direct_ok ? kMaxIo : kSlotSize;
   for (uint64_t at = start; at < end; at += step) {
     Piece piece;
+    piece.file = file;
     piece.offset = at;
     piece.length = static_cast<uint32_t>(std::min(step, end - at));
     piece.want_lo = std::max(at, offset);
@@ -171,13 +226,15 @@ void DirectReader::plan(uint64_t offset, uint64_t length, uint8_t* dst, bool dst
 void DirectReader::run(std::vector<Piece>* pieces) {
   std::vector<IoCompletion> completions;
   size_t next = 0, in_flight = 0;
-  int64_t failure =
-      0;  // the first -errno; no new reads after it, but every issued one is waited for
+  // The first -errno and its file; no new reads after it, but every issued one is waited for.
+  int64_t failure = 0;
+  uint32_t failed_file = 0;
   auto submit = [&](Piece& piece, uint64_t tag) {
     piece.submitted_ns = now_ns();
-    int rc = backend_->submit({tag, piece.io, piece.offset, piece.length});
+    int rc = backend_->submit({tag, piece.file, piece.io, piece.offset, piece.length});
     if (rc < 0) {
       failure = rc;
+      failed_file = piece.file;
     } else {
       ++in_flight;
     }
@@ -193,7 +250,7 @@ void DirectReader::run(std::vector<Piece>* pieces) {
     int rc = backend_->reap(&completions);
     if (rc < 0) {
       // The kernel may still write into these buffers: nothing safe remains to do.
-      throw SysError(-rc, path_ + " (io backend failed with reads in flight)");
+      throw SysError(-rc, paths_[0] + " (io backend failed with reads in flight)");
     }
     uint64_t done_ns = now_ns();
     for (const IoCompletion& completion : completions) {
@@ -207,6 +264,7 @@ void DirectReader::run(std::vector<Piece>* pieces) {
       ++stats_.ios;
       piece.result = completion.result;
       if (completion.result < 0) {
+        if (failure == 0) failed_file = piece.file;
         if (failure == 0) failure = completion.result;
       } else {
         uint64_t hi =
@@ -225,29 +283,29 @@ void DirectReader::run(std::vector<Piece>* pieces) {
       if (piece.copy_to != nullptr && piece.io != nullptr) pool_->release(piece.io);
       if (piece.copy_to != nullptr) piece.io = nullptr;
     }
-    throw SysError(static_cast<int>(-failure), path_);
+    throw SysError(static_cast<int>(-failure), paths_[failed_file]);
   }
 }
 
-DirectReader::Span DirectReader::read(uint64_t offset, uint64_t length) {
-  check_open();
+DirectReader::Span DirectReader::read(uint64_t offset, uint64_t length, uint32_t file) {
+  check_open(file);
   check_range(offset, length);
   if (length > kLargeRead) {
     // Allocate no more than the file can give; small reads skip this system call.
     uint64_t size = 0;
-    int rc = current_size(file_, &size);
-    if (rc < 0) throw SysError(-rc, path_);
+    int rc = current_size(files_[file], &size);
+    if (rc < 0) throw SysError(-rc, paths_[file]);
     length = std::min(length, offset < size ? size - offset : 0);
   }
   Span span;
-  const uint64_t align = file_.offset_align;
+  const uint64_t align = files_[file].offset_align;
   const uint64_t start = align_down(offset, align);
   span.buffer = AlignedBuffer(length == 0 ? 0 : align_up(offset + length, align) - start);
-  if (span.buffer.data() == nullptr) throw SysError(ENOMEM, path_);
+  if (span.buffer.data() == nullptr) throw SysError(ENOMEM, paths_[file]);
   span.head = offset - start;
   if (length == 0) return span;
   std::vector<Piece> pieces;
-  plan(offset, length, span.buffer.data(), true, &pieces);
+  plan(file, offset, length, span.buffer.data(), true, &pieces);
   std::lock_guard<std::mutex> lock(mutex_);
   ensure_backend();
   run(&pieces);
@@ -257,12 +315,12 @@ DirectReader::Span DirectReader::read(uint64_t offset, uint64_t length) {
   return span;
 }
 
-size_t DirectReader::read_into(uint8_t* dst, size_t length, uint64_t offset) {
-  check_open();
+size_t DirectReader::read_into(uint8_t* dst, size_t length, uint64_t offset, uint32_t file) {
+  check_open(file);
   check_range(offset, length);
   if (length == 0) return 0;
   std::vector<Piece> pieces;
-  plan(offset, length, dst, false, &pieces);
+  plan(file, offset, length, dst, false, &pieces);
   std::lock_guard<std::mutex> lock(mutex_);
   ensure_backend();
   run(&pieces);
@@ -272,45 +330,51 @@ size_t DirectReader::read_into(uint8_t* dst, size_t length, uint64_t offset) {
   return total;
 }
 
-AlignedBuffer DirectReader::read_batch(const std::vector<uint64_t>& offsets, size_t length) {
-  check_open();
+AlignedBuffer DirectReader::read_batch(const std::vector<uint64_t>& offsets, size_t length,
+                                       const std::vector<uint32_t>& files) {
+  check_open(0);
   if (length != 0 && offsets.size() > SIZE_MAX / length) {
     throw InputError("", 0, "offsets x length overflows");
   }
   AlignedBuffer out(offsets.size() * length);
-  if (out.data() == nullptr) throw SysError(ENOMEM, path_);
-  read_batch_into(offsets, length, out.data());
+  if (out.data() == nullptr) throw SysError(ENOMEM, paths_[0]);
+  read_batch_into(offsets, length, out.data(), files);
   return out;
 }
 
 void DirectReader::read_batch_into(const std::vector<uint64_t>& offsets, size_t length,
-                                   uint8_t* dst) {
-  check_open();
-  uint64_t size = 0;
-  int rc = current_size(file_, &size);
-  if (rc < 0) throw SysError(-rc, path_);
-  for (uint64_t offset : offsets) {
-    check_range(offset, length);
-    if (offset > size || length > size - offset) {
-      throw InputError("", 0,
-                       path_ + ": the window at offset " + std::to_string(offset) + " (" +
-                           std::to_string(length) + " bytes) ends past the end of the file (" +
-                           std::to_string(size) + " bytes)");
-    }
+                                   uint8_t* dst, const std::vector<uint32_t>& files) {
+  check_open(0);
+  if (!files.empty() && files.size() != offsets.size()) {
+    throw InputError("", 0,
+                     std::to_string(offsets.size()) + " offsets but " +
+                         std::to_string(files.size()) + " file indices");
   }
+  auto file_of = [&](size_t row) { return files.empty() ? 0u : files[row]; };
+  for (size_t i = 0; i < offsets.size(); ++i) check_window(file_of(i), offsets[i], length);
   if (length == 0 || offsets.empty()) return;
   std::vector<Piece> pieces;
-  for (size_t i = 0; i < offsets.size(); ++i)
-    plan(offsets[i], length, dst + i * length, false, &pieces);
+  uint64_t from_cache = 0;
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    uint8_t* row = dst + i * length;
+    if (page_cache_ && resident_[file_of(i)].copy_if_resident(offsets[i], length, row)) {
+      ++from_cache;
+      continue;
+    }
+    plan(file_of(i), offsets[i], length, row, false, &pieces);
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   ensure_backend();
   run(&pieces);
-  if (contiguous_bytes(pieces) < offsets.size() * length) {
+  for (const Piece& piece : pieces) {
     // Checked against the size above: the file shrank while we read.
-    throw SysError(ENODATA, path_ + " (shrank while reading)");
+    if (piece.delivered < piece.want_hi - piece.want_lo) {
+      throw SysError(ENODATA, paths_[piece.file] + " (shrank while reading)");
+    }
   }
   stats_.reads += offsets.size();
   stats_.bytes += offsets.size() * length;
+  stats_.page_cache_reads += from_cache;
 }
 
 ReaderStats DirectReader::stats() const {

@@ -6,6 +6,7 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "pod_init/io_backend.hpp"
 
@@ -17,7 +18,7 @@ namespace {
 // blocking pread()s.
 class PreadBackend : public IoBackend {
  public:
-  PreadBackend(int fd, unsigned depth) : fd_(fd), depth_(depth) {
+  PreadBackend(std::vector<int> fds, unsigned depth) : fds_(std::move(fds)), depth_(depth) {
     unsigned threads = std::min(depth, 64u);
     for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
   }
@@ -64,7 +65,8 @@ class PreadBackend : public IoBackend {
       lock.unlock();
       ssize_t n;
       do {
-        n = pread(fd_, request.buffer, request.length, static_cast<off_t>(request.offset));
+        n = pread(fds_[request.file], request.buffer, request.length,
+                  static_cast<off_t>(request.offset));
       } while (n < 0 && errno == EINTR);
       IoCompletion completion{request.tag, n < 0 ? -static_cast<int64_t>(errno) : n};
       lock.lock();
@@ -73,7 +75,7 @@ class PreadBackend : public IoBackend {
     }
   }
 
-  int fd_;
+  std::vector<int> fds_;
   unsigned depth_;
   std::mutex mutex_;
   std::condition_variable wake_workers_, wake_reaper_;
@@ -86,8 +88,8 @@ class PreadBackend : public IoBackend {
 
 }  // namespace
 
-std::unique_ptr<IoBackend> make_pread_backend(int fd, unsigned depth) {
-  return std::make_unique<PreadBackend>(fd, depth);
+std::unique_ptr<IoBackend> make_pread_backend(std::vector<int> fds, unsigned depth) {
+  return std::make_unique<PreadBackend>(std::move(fds), depth);
 }
 
 }  // namespace pod_init

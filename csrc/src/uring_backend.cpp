@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "pod_init/error.hpp"
 #include "pod_init/io_backend.hpp"
@@ -13,7 +14,7 @@ namespace {
 
 class UringBackend : public IoBackend {
  public:
-  UringBackend(unsigned depth, int fd) : depth_(depth), fd_(fd) {}
+  UringBackend(unsigned depth, std::vector<int> fds) : depth_(depth), fds_(std::move(fds)) {}
   ~UringBackend() override {
     if (!ready_) return;
     // The ring itself is torn down asynchronously; unregistering first drops its
@@ -45,7 +46,8 @@ class UringBackend : public IoBackend {
     ready_ = true;
     // Registration saves the kernel a file lookup and a page pinning per read;
     // reads work without it, so a refusal is only noted.
-    if ((rc = io_uring_register_files(&ring_, &fd_, 1)) == 0) {
+    if ((rc = io_uring_register_files(&ring_, fds_.data(), static_cast<unsigned>(fds_.size()))) ==
+        0) {
       fixed_file_ = true;
     } else {
       note_ += "files not registered (" + errno_name(-rc) + ") ";
@@ -75,7 +77,7 @@ class UringBackend : public IoBackend {
       unsubmitted_ = 0;
       if ((sqe = io_uring_get_sqe(&ring_)) == nullptr) return -EBUSY;
     }
-    int fd = fixed_file_ ? 0 : fd_;
+    int fd = fixed_file_ ? static_cast<int>(request.file) : fds_[request.file];
     if (pool_ != nullptr && pool_->contains(request.buffer)) {
       io_uring_prep_read_fixed(sqe, fd, request.buffer, request.length, request.offset, 0);
     } else {
@@ -130,7 +132,7 @@ class UringBackend : public IoBackend {
 
   io_uring ring_{};
   unsigned depth_;
-  int fd_;
+  std::vector<int> fds_;
   bool ready_ = false;
   bool fixed_file_ = false;
   bool single_issuer_ = false;
@@ -141,9 +143,9 @@ class UringBackend : public IoBackend {
 
 }  // namespace
 
-int make_uring_backend(int fd, unsigned depth, const BufferPool* pool,
+int make_uring_backend(const std::vector<int>& fds, unsigned depth, const BufferPool* pool,
                        std::unique_ptr<IoBackend>* backend) {
-  auto uring = std::make_unique<UringBackend>(depth, fd);
+  auto uring = std::make_unique<UringBackend>(depth, fds);
   int rc = uring->init(pool);
   if (rc < 0) return rc;
   *backend = std::move(uring);

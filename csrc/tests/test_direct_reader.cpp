@@ -1,3 +1,4 @@
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -91,6 +92,56 @@ TEST_P(ReaderTest, BatchRowsAlignedAndNot) {
     }
   }
   EXPECT_THROW(reader.read_batch({data_.size() - 10}, 11), InputError);
+}
+
+TEST_P(ReaderTest, OneBatchAcrossFiles) {
+  // A second file: the first one's bytes reversed, so a row from the wrong file shows.
+  std::string second = path_ + ".second";
+  std::vector<uint8_t> reversed(data_.rbegin(), data_.rend());
+  int fd = open(second.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, reversed.data(), reversed.size()), static_cast<ssize_t>(reversed.size()));
+  close(fd);
+  DirectReader reader(std::vector<std::string>{path_, second}, 8, GetParam());
+  ASSERT_EQ(reader.file_count(), 2u);
+  std::vector<uint64_t> offsets = {0, 8192, 333, 4096 * 100, 5};
+  std::vector<uint32_t> files = {1, 0, 1, 0, 0};
+  const size_t length = 2050;  // a token window: not a multiple of the block
+  AlignedBuffer rows = reader.read_batch(offsets, length, files);
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    const std::vector<uint8_t>& source = files[i] == 0 ? data_ : reversed;
+    ASSERT_EQ(0, std::memcmp(rows.data() + i * length, source.data() + offsets[i], length)) << i;
+  }
+  EXPECT_THROW(reader.read_batch({0}, 10, {2}), InputError);
+  EXPECT_THROW(reader.read_batch({0, 1}, 10, {0}), InputError);
+  unlink(second.c_str());
+}
+
+TEST_P(ReaderTest, ResidentRowsComeFromThePageCache) {
+  int fd = open(path_.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  std::vector<uint8_t> warm(data_.size());
+  ASSERT_EQ(pread(fd, warm.data(), warm.size(), 0), static_cast<ssize_t>(warm.size()));
+  std::vector<uint64_t> offsets = {0, 5000, 70000, data_.size() - 3000};
+  const size_t length = 3000;
+  {
+    DirectReader reader(std::vector<std::string>{path_}, 4, GetParam(), true);
+    AlignedBuffer rows = reader.read_batch(offsets, length);
+    for (size_t i = 0; i < offsets.size(); ++i)
+      ASSERT_EQ(0, std::memcmp(rows.data() + i * length, data_.data() + offsets[i], length));
+    EXPECT_EQ(reader.stats().page_cache_reads, offsets.size());
+    EXPECT_EQ(reader.stats().ios, 0u);
+  }
+  // Evicted (clean pages drop on request): every row is read from the device.
+  ASSERT_EQ(fdatasync(fd), 0);
+  ASSERT_EQ(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+  close(fd);
+  DirectReader reader(std::vector<std::string>{path_}, 4, GetParam(), true);
+  AlignedBuffer rows = reader.read_batch(offsets, length);
+  for (size_t i = 0; i < offsets.size(); ++i)
+    ASSERT_EQ(0, std::memcmp(rows.data() + i * length, data_.data() + offsets[i], length));
+  EXPECT_EQ(reader.stats().page_cache_reads, 0u);
+  EXPECT_GT(reader.stats().ios, 0u);
 }
 
 TEST_P(ReaderTest, ForkedChildBuildsItsOwnRing) {

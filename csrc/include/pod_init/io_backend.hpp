@@ -14,6 +14,7 @@ namespace pod_init {
 
 struct IoRequest {
   uint64_t tag = 0;
+  uint32_t file = 0;  // index into the descriptors the backend was made with
   uint8_t* buffer = nullptr;
   uint64_t offset = 0;
   uint32_t length = 0;
@@ -43,9 +44,9 @@ class IoBackend {
 // Returns 0 or -errno: -ENOSYS (kernel without io_uring), -EPERM (disabled by
 // sysctl or refused by a seccomp sandbox), -ENOMEM... `pool` (may be null) is
 // registered as a fixed buffer when the memlock limit allows.
-int make_uring_backend(int fd, unsigned depth, const BufferPool* pool,
+int make_uring_backend(const std::vector<int>& fds, unsigned depth, const BufferPool* pool,
                        std::unique_ptr<IoBackend>* backend);
 
-std::unique_ptr<IoBackend> make_pread_backend(int fd, unsigned depth);
+std::unique_ptr<IoBackend> make_pread_backend(std::vector<int> fds, unsigned depth);
 
 }  // namespace pod_init
