@@ -29,6 +29,13 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _positive(text: str) -> int:
+    value = _non_negative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
 def _channels(text: str) -> int:
     value = _non_negative(text)
     if not 1 <= value <= 32:
@@ -106,6 +113,24 @@ def _cmd_nccl(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_shard(args: argparse.Namespace) -> int:
+    from pyinit.sharder import shard
+
+    summary = shard(
+        args.inputs,
+        args.out,
+        args.shards,
+        text_field=args.field,
+        tokenizer=args.tokenizer,
+        fmt=args.format,
+        skip_invalid=args.skip_invalid,
+        force=args.force,
+        progress=None if args.quiet else sys.stderr,
+    )
+    sys.stdout.write(summary.to_text())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pyinit", description="pod-init supervisor")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -144,6 +169,25 @@ def build_parser() -> argparse.ArgumentParser:
     nccl.add_argument("--proc-root", default="/proc", metavar="DIR", help=argparse.SUPPRESS)
     nccl.set_defaults(handler=_cmd_nccl)
 
+    shard = sub.add_parser("shard", help="JSON Lines or text into token shards for pyinit.data")
+    shard.add_argument("inputs", nargs="+", metavar="INPUT", help=".jsonl or text, may be .gz")
+    shard.add_argument("--out", required=True, metavar="DIR", help="where the shards go")
+    shard.add_argument("--shards", required=True, type=_positive, metavar="N")
+    shard.add_argument("--field", default="text", help="the JSON field holding the text")
+    shard.add_argument(
+        "--tokenizer",
+        default="byte",
+        metavar="byte|PATH",
+        help="byte (built in) or a tokenizer.json",
+    )
+    shard.add_argument("--format", default="jsonl", choices=("jsonl", "text"), help="input lines")
+    shard.add_argument(
+        "--skip-invalid", action="store_true", help="count and skip bad lines instead of stopping"
+    )
+    shard.add_argument("--force", action="store_true", help="replace shards already in --out")
+    shard.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    shard.set_defaults(handler=_cmd_shard)
+
     bench = sub.add_parser("bench", help="benchmarks: io (the reader against fio)")
     kinds = bench.add_subparsers(dest="kind", required=True, metavar="KIND")
     io = kinds.add_parser("io", help="4 KiB random and 1 MiB sequential reads, beside fio",
@@ -163,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
         status = args.handler(args)
         sys.stdout.flush()
         return status
+    except KeyboardInterrupt:
+        print("pyinit: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # The reader left (`pyinit topo | head`); silence the flush at exit too.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
