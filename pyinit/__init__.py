@@ -16,6 +16,7 @@ __all__ = [
     "Matrix",
     "NvmlUnavailable",
     "NvmlView",
+    "TokenShardDataset",
     "Topology",
     "__version__",
     "aligned_empty",
@@ -24,8 +25,13 @@ __all__ = [
     "scan",
 ]
 
-# The reader pulls in numpy; load it on first use so `import pyinit` stays quick.
-_LAZY = {"DirectReader": "pyinit.io", "aligned_empty": "pyinit.io"}
+# The reader pulls in numpy and the dataset torch; load them on first use so
+# `import pyinit` stays quick.
+_LAZY = {
+    "DirectReader": "pyinit.io",
+    "aligned_empty": "pyinit.io",
+    "TokenShardDataset": "pyinit.data",
+}
 
 
 def __getattr__(name: str):

@@ -87,9 +87,9 @@ def _cmd_nvml(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from pyinit.bench import io
+    import importlib
 
-    return io.main(args.options)
+    return importlib.import_module(f"pyinit.bench.{args.kind}").main(args.options)
 
 
 def _cmd_nccl(args: argparse.Namespace) -> int:
@@ -188,11 +188,14 @@ def build_parser() -> argparse.ArgumentParser:
     shard.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     shard.set_defaults(handler=_cmd_shard)
 
-    bench = sub.add_parser("bench", help="benchmarks: io (the reader against fio)")
+    bench = sub.add_parser("bench", help="benchmarks: io (against fio), data (against memmap)")
     kinds = bench.add_subparsers(dest="kind", required=True, metavar="KIND")
     io = kinds.add_parser("io", help="4 KiB random and 1 MiB sequential reads, beside fio",
                           add_help=False)  # fmt: skip
     io.set_defaults(handler=_cmd_bench, takes_options=True)
+    loader = kinds.add_parser("data", help="TokenShardDataset against np.memmap, the sharder",
+                              add_help=False)  # fmt: skip
+    loader.set_defaults(handler=_cmd_bench, takes_options=True)
     return parser
 
 

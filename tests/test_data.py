@@ -212,3 +212,20 @@ def test_rank_and_world_size_come_from_torchrun_env(shards, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "3")
     data = TokenShardDataset(shards, SEQ)
     assert (data.rank, data.world_size) == (1, 3)
+
+
+@pytest.mark.gpu
+def test_batches_land_in_pinned_memory_and_reach_the_gpu(shards):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device here: pinned memory needs one")
+    data = TokenShardDataset(shards, SEQ, 0, 1, batch_size=8)
+    x, y = data.batch(0)
+    assert x.is_pinned() and y.is_pinned()
+    on_gpu = x.cuda(non_blocking=True)
+    torch.cuda.synchronize()
+    assert torch.equal(on_gpu.cpu(), x)
+    # Through DataLoader workers: the DataLoader pins what the workers made.
+    loaded = next(iter(TokenShardDataset(shards, SEQ, 0, 1, batch_size=8).loader(num_workers=1)))
+    assert loaded[0].is_pinned() and torch.equal(loaded[0], x)
+    plain = TokenShardDataset(shards, SEQ, 0, 1, batch_size=8, pin_memory=False).batch(0)[0]
+    assert not plain.is_pinned() and torch.equal(plain, x)
