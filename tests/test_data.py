@@ -4,8 +4,10 @@ order, mid-epoch resume, cold (evicted) and warm reads, and refused shards."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -229,3 +231,26 @@ def test_batches_land_in_pinned_memory_and_reach_the_gpu(shards):
     assert loaded[0].is_pinned() and torch.equal(loaded[0], x)
     plain = TokenShardDataset(shards, SEQ, 0, 1, batch_size=8, pin_memory=False).batch(0)[0]
     assert not plain.is_pinned() and torch.equal(plain, x)
+
+
+@pytest.mark.root
+def test_data_benchmark_runs(tmp_path, pyinit_bin):
+    if os.geteuid() != 0:
+        pytest.skip("not root: the benchmark's cold runs drop the page cache")
+    work = Path("/var/tmp") / f"pyinit-bench-smoke-{os.getpid()}"
+    try:
+        result = subprocess.run(
+            [pyinit_bin, "bench", "data", "--dir", work, "--gib", "64M", "--shards", "4",
+             "--batches", "3", "--rounds", "1", "--sharder-mb", "1", "--out", tmp_path],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    assert result.returncode == 0, result.stderr
+    assert "cold" in result.stdout and "warm" in result.stdout
+    document = json.loads((tmp_path / "data_bench.json").read_text())
+    table = document["loader"]["median_batches_per_s"]
+    assert set(table) == {"cold/memmap", "cold/pod-init", "warm/memmap", "warm/pod-init"}
+    assert document["loader"]["reader_stats"]["cold"]["page_cache_reads"] == 0
+    assert document["loader"]["reader_stats"]["warm"]["ios"] == 0
+    assert document["sharder"]["compiled"]["mb_per_s"] > 0

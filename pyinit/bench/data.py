@@ -248,7 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         "window_kernel_us_per_batch": window_kernel_cost(paths, args),
     }
     with tempfile.TemporaryDirectory(dir=folder) as scratch:
-        document["sharder"] = sharder_throughput(Path(scratch), args.sharder_mb, 2)
+        document["sharder"] = sharder_throughput(
+            Path(scratch), args.sharder_mb, min(2, args.sharder_mb)
+        )
     print_table(document)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
