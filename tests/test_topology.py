@@ -214,6 +214,15 @@ def test_link_registers_used_when_sysfs_has_no_link_files(fresh_8gpu):
     )
 
 
+def test_width_255_is_an_unknown_link_not_malformed(fresh_8gpu):
+    # PCIE_LNK_WIDTH_UNKNOWN: what QEMU's q35 devices on the root bus show.
+    nic = fresh_8gpu.paths["0000:05:00.0"]
+    for name in ("current_link_width", "max_link_width"):
+        (nic / name).write_text("255\n")
+    topo = pyinit.scan(fresh_8gpu.root)
+    assert not [f for f in topo.findings if f.code == "SYSFS_MALFORMED"]
+
+
 def test_numa_unknown_is_a_warning_on_multi_socket(fresh_8gpu):
     (fresh_8gpu.paths["0000:03:00.0"] / "numa_node").write_text("-1\n")
     topo = pyinit.scan(fresh_8gpu.root)

@@ -103,8 +103,12 @@ void read_link_state(AttributeReader& attrs, PciDevice* dev) {
     return attrs.parsed(name, text, sysfs::parse_link_speed);
   };
   auto width = [&attrs](const char* name) {
-    return attrs.parsed(name, attrs.optional(name), [](std::string_view text) {
-      auto value = sysfs::parse_int(text);
+    auto text = attrs.optional(name);
+    // 255 is PCIE_LNK_WIDTH_UNKNOWN: no link to read (an integrated endpoint,
+    // as QEMU's q35 devices on the root bus are).
+    if (text && *text == "255") return std::optional<int>();
+    return attrs.parsed(name, text, [](std::string_view lanes_text) {
+      auto value = sysfs::parse_int(lanes_text);
       bool lanes = value && *value >= 0 && *value <= 64;
       return lanes ? std::optional<int>(static_cast<int>(*value)) : std::nullopt;
     });
