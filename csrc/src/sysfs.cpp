@@ -12,13 +12,13 @@
 
 namespace pod_init::sysfs {
 
-int read_text(const std::string& path, std::string* out) {
+int read_text(const std::string& path, std::string* out, size_t limit) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -errno;
   std::string text;
   char buf[4096];
   int result = 0;
-  while (text.size() < 65536) {
+  while (text.size() < limit) {
     ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0) {
       if (errno == EINTR) continue;

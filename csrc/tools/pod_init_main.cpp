@@ -1,5 +1,9 @@
-// pod-init: the node runtime's executable. Subcommands for now; running as
-// PID 1 arrives with the boot image.
+// pod-init: the node runtime's executable. As the machine's init (PID 1 from
+// the boot image) it brings the node up and runs the workload; otherwise
+// `pod-init [--grace S] -- COMMAND...` supervises a command as tini does, and
+// subcommands inspect the node.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -9,9 +13,14 @@
 
 extern char** environ;
 
+#include "pod_init/aligned_buffer.hpp"
+#include "pod_init/direct_reader.hpp"
 #include "pod_init/error.hpp"
+#include "pod_init/machine_init.hpp"
 #include "pod_init/nccl_config.hpp"
 #include "pod_init/report.hpp"
+#include "pod_init/sha256.hpp"
+#include "pod_init/supervisor.hpp"
 #include "pod_init/sysfs.hpp"
 #include "pod_init/topology.hpp"
 
@@ -22,15 +31,26 @@ constexpr int kExitFindings = 1;
 constexpr int kExitUsage = 2;
 
 constexpr const char* kUsage =
-    "usage: pod-init topo [--sysfs-root DIR] [--json] [--expect-gpus N] [--no-bar0]\n"
+    "usage: pod-init [--grace SECONDS] -- COMMAND [ARGS...]\n"
+    "       pod-init topo [--sysfs-root DIR] [--json] [--expect-gpus N] [--no-bar0]\n"
     "       pod-init nccl [--sysfs-root DIR] [--hints FILE] [--hostfile FILE] [--out DIR]\n"
     "                     [--force-rings] [--socket-ifname NAME] [--channels N] [--proc-root DIR]\n"
+    "       pod-init read PATH [--offset BYTES] [--length BYTES] [--queue-depth N]\n"
     "\n"
+    "  --     Runs COMMAND as a child: forwards TERM, INT, HUP, USR1, USR2, QUIT, WINCH;\n"
+    "         reaps every process (a child subreaper when not PID 1); after TERM or INT\n"
+    "         KILLs a command still running after the grace period (default 10 s).\n"
+    "         Exits with the command's status, 128+N when signal N killed it, 127 when\n"
+    "         it was not found, 126 when it could not be run. As PID 1 of the machine\n"
+    "         (the boot image's /init) pod-init reads podinit.* from the kernel command\n"
+    "         line instead; see README.\n"
     "  topo   PCIe topology of this node: GPU/NIC/NVMe matrix, links, BARs, findings.\n"
     "         Exit status 0 when no finding is an error, 1 otherwise, 2 for bad usage.\n"
     "  nccl   NCCL configuration: writes nccl-topo.xml, nccl-graph.xml, nccl.env (and\n"
     "         hosts with --hostfile) in DIR (default .) and prints the rings.\n"
-    "         Exit status 0, 1 when sysfs or DIR cannot be used, 2 for bad input.\n";
+    "         Exit status 0, 1 when sysfs or DIR cannot be used, 2 for bad input.\n"
+    "  read   Reads PATH (a file or block device) with the O_DIRECT reader and prints\n"
+    "         the SHA-256 of the bytes read. Exit status 0, 1 when it cannot be read.\n";
 
 int usage_error(const std::string& message) {
   std::fprintf(stderr, "pod-init: %s\n%s", message.c_str(), kUsage);
@@ -129,15 +149,114 @@ int run_nccl(const std::vector<std::string>& args) {
   }
 }
 
+std::optional<uint64_t> parse_count(const std::string* text) {
+  auto value = text ? pod_init::sysfs::parse_int(*text) : std::nullopt;
+  if (!value || *value < 0) return std::nullopt;
+  return static_cast<uint64_t>(*value);
+}
+
+int run_read(const std::vector<std::string>& args) {
+  std::string path;
+  uint64_t offset = 0, length = UINT64_MAX;
+  uint64_t depth = 32;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string* value = i + 1 < args.size() ? &args[i + 1] : nullptr;
+    uint64_t* target = args[i] == "--offset"        ? &offset
+                       : args[i] == "--length"      ? &length
+                       : args[i] == "--queue-depth" ? &depth
+                                                    : nullptr;
+    if (target != nullptr) {
+      auto number = parse_count(value);
+      if (!number) return usage_error(args[i] + " needs a whole number");
+      *target = *number;
+      ++i;
+    } else if (path.empty() && !args[i].empty() && args[i][0] != '-') {
+      path = args[i];
+    } else {
+      return usage_error("read: unexpected argument '" + args[i] + "'");
+    }
+  }
+  if (path.empty()) return usage_error("read needs a PATH");
+  if (depth < 1 || depth > 4096) return usage_error("--queue-depth must be from 1 to 4096");
+  try {
+    pod_init::DirectReader reader(path, static_cast<unsigned>(depth),
+                                  pod_init::BackendChoice::Auto);
+    length = std::min(length, reader.size() > offset ? reader.size() - offset : 0);
+    constexpr size_t kChunk = 8 << 20;
+    pod_init::AlignedBuffer buffer(kChunk);
+    if (buffer.data() == nullptr) throw pod_init::SysError(ENOMEM, path);
+    pod_init::Sha256 sha;
+    timespec start{}, end{};
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    uint64_t done = 0;
+    while (done < length) {
+      size_t want = static_cast<size_t>(std::min<uint64_t>(kChunk, length - done));
+      size_t got = reader.read_into(buffer.data(), want, offset + done);
+      sha.update(buffer.data(), got);
+      done += got;
+      if (got < want) break;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    double seconds = static_cast<double>(end.tv_sec - start.tv_sec) +
+                     static_cast<double>(end.tv_nsec - start.tv_nsec) / 1e9;
+    std::printf(
+        "%s: %llu bytes at offset %llu, sha256 %s (%s, block %u, %s, %.1f MB/s)\n", path.c_str(),
+        static_cast<unsigned long long>(done), static_cast<unsigned long long>(offset),
+        sha.hex_digest().c_str(), reader.direct() ? "direct" : "buffered", reader.block_size(),
+        reader.backend().c_str(), seconds > 0 ? static_cast<double>(done) / seconds / 1e6 : 0.0);
+    return kExitOk;
+  } catch (const pod_init::SysError& e) {
+    std::fprintf(stderr, "pod-init: %s\n", e.what());
+    return kExitFindings;
+  }
+}
+
+// `pod-init [--grace S] -- COMMAND...`: tini's job. PID 1 of a container's
+// namespace inherits its orphans anyway; elsewhere a subreaper gets them.
+int run_wrapper(const std::vector<std::string>& args) {
+  pod_init::SupervisorOptions options;
+  size_t i = 0;
+  for (; i < args.size() && args[i] != "--"; ++i) {
+    if (args[i] == "--grace") {
+      auto seconds = parse_count(i + 1 < args.size() ? &args[i + 1] : nullptr);
+      if (!seconds || *seconds > 3600) return usage_error("--grace needs seconds from 0 to 3600");
+      options.grace_ms = static_cast<unsigned>(*seconds * 1000);
+      ++i;
+    } else {
+      return usage_error("unknown option '" + args[i] + "'");
+    }
+  }
+  if (i + 1 >= args.size()) return usage_error("no command after --");
+  options.command.assign(args.begin() + static_cast<long>(i) + 1, args.end());
+  options.log = [](const std::string& line) {
+    std::fprintf(stderr, "pod-init: %s\n", line.c_str());
+  };
+  if (getpid() != 1) {
+    if (int rc = pod_init::become_subreaper(); rc < 0) {
+      std::fprintf(stderr, "pod-init: cannot become a child subreaper: %s\n",
+                   pod_init::errno_text(-rc).c_str());
+    }
+  }
+  try {
+    return pod_init::supervise(options);
+  } catch (const pod_init::SysError& e) {
+    std::fprintf(stderr, "pod-init: %s\n", e.what());
+    return kExitFindings;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (pod_init::is_machine_init()) pod_init::run_machine_init();
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) return usage_error("missing command");
   std::string command = args.front();
+  if (command == "--" || command == "--grace") return run_wrapper(args);
   args.erase(args.begin());
   if (command == "topo") return run_topo(args);
   if (command == "nccl") return run_nccl(args);
+  if (command == "read") return run_read(args);
   if (command == "-h" || command == "--help") {
     std::fputs(kUsage, stdout);
     return kExitOk;

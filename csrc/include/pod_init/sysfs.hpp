@@ -10,8 +10,9 @@
 
 namespace pod_init::sysfs {
 
-// Whole attribute without trailing whitespace. Attributes are small; reads stop at 64 KiB.
-int read_text(const std::string& path, std::string* out);
+// Whole attribute without trailing whitespace. Attributes are small; reads stop
+// at `limit` bytes (larger for /proc and module index files).
+int read_text(const std::string& path, std::string* out, size_t limit = 64 << 10);
 // Target of a symbolic link, as stored.
 int read_link(const std::string& path, std::string* out);
 // Canonical absolute path (all links resolved); -ENOENT for a dangling link.

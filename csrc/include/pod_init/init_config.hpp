@@ -1,0 +1,43 @@
+// What pod-init does as the machine's init: read from an optional file in the
+// boot image (/etc/pod-init.conf, one podinit.KEY=VALUE per line) and then the
+// kernel command line (/proc/cmdline), whose values win.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pod_init {
+
+enum class EndAction { Poweroff, Reboot, Halt };
+
+struct InitConfig {
+  std::vector<std::string> command;  // podinit.cmd=, or the words after "--" on the command line
+  std::vector<std::string> modules;  // podinit.modules=a,b,c
+  std::string hostname;              // podinit.hostname=
+  std::string data;                  // podinit.data=DEVICE[:MOUNTPOINT], mounted before the command
+  std::string root;                  // podinit.root=DEVICE|DIR: switched into before the command
+  int expect_gpus = -1;              // podinit.expect_gpus=
+  EndAction end = EndAction::Poweroff;  // podinit.end=poweroff|reboot|halt
+  unsigned grace_s = 10;                // podinit.grace=: TERM to KILL at shutdown
+};
+
+// Splits a kernel command line the way the kernel does: on spaces, with double
+// quotes grouping ("a=b c" or a="b c"; the quotes are dropped).
+std::vector<std::string> split_cmdline(std::string_view text);
+
+// Applies every podinit.* word of `words` to `config`; other words belong to
+// the kernel and are ignored, and words after "--" become the command.
+// Appends "SOURCE: message" to `errors` for unknown keys and bad values.
+void apply_init_params(const std::vector<std::string>& words, const std::string& source,
+                       InitConfig* config, std::vector<std::string>* errors);
+
+// The file form: podinit.KEY=VALUE per line (the value is the rest of the
+// line), # comments.
+// Errors name the file and line.
+void apply_init_file(std::string_view text, const std::string& path, InitConfig* config,
+                     std::vector<std::string>* errors);
+
+const char* end_action_name(EndAction action);
+
+}  // namespace pod_init
