@@ -1,0 +1,160 @@
+"""The boot image: initramfs/build (reproducible, modules with their
+dependencies, bad input) and a real boot under QEMU with Debian's kernel and
+an emulated NVMe disk, pod-init as /init."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "initramfs"))
+import qemu_boot  # noqa: E402
+
+BUILD = ROOT / "initramfs" / "build"
+NVME_MODULES = ["crc64", "crc64_rocksoft", "crct10dif_common", "crc_t10dif", "t10_pi",
+                "nvme_core", "nvme"]  # fmt: skip
+
+
+def build_image(out: Path, init: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, BUILD, "--out", out, "--init", init, *args],
+                          capture_output=True, text=True)  # fmt: skip
+
+
+def cpio_entries(image: Path) -> dict[str, tuple[int, bytes, tuple[int, int], int]]:
+    """name -> (mode, data, rdev, mtime) from a gzip-compressed newc archive."""
+    raw = gzip.decompress(image.read_bytes())
+    entries, at = {}, 0
+    while True:
+        fields = [int(raw[at + 6 + 8 * i : at + 14 + 8 * i], 16) for i in range(13)]
+        assert raw[at : at + 6] == b"070701"
+        name_size, size = fields[11], fields[6]
+        name = raw[at + 110 : at + 110 + name_size - 1].decode()
+        at = (at + 110 + name_size + 3) // 4 * 4
+        if name == "TRAILER!!!":
+            return entries
+        assert (fields[2], fields[3]) == (0, 0)  # owner root
+        entries[name] = (fields[1], raw[at : at + size], (fields[9], fields[10]), fields[5])
+        at = (at + size + 3) // 4 * 4
+
+
+def test_image_is_reproducible_and_holds_what_was_asked(tmp_path, pod_init_bin):
+    extra = tmp_path / "run.sh"
+    extra.write_text("#!/bin/sh\necho hi\n")
+    extra.chmod(0o755)
+    args = ["--file", f"{extra}:/opt/run.sh", "--cmdline-default", "podinit.grace=3"]
+    first = build_image(tmp_path / "a.img", pod_init_bin, *args)
+    assert first.returncode == 0, first.stderr
+    assert "bytes compressed" in first.stdout
+    extra.touch()  # a newer mtime must not change the image
+    assert build_image(tmp_path / "b.img", pod_init_bin, *args).returncode == 0
+    assert (tmp_path / "a.img").read_bytes() == (tmp_path / "b.img").read_bytes()
+    entries = cpio_entries(tmp_path / "a.img")
+    assert entries["init"][1] == pod_init_bin.read_bytes()
+    assert entries["init"][0] == stat.S_IFREG | 0o755
+    assert entries["opt/run.sh"][1] == extra.read_bytes()
+    assert entries["etc/pod-init.conf"][1] == b"podinit.grace=3\n"
+    assert stat.S_ISCHR(entries["dev/console"][0]) and entries["dev/console"][2] == (5, 1)
+    assert all(mtime == 0 for _, _, _, mtime in entries.values())
+    assert all(rdev == (0, 0) for name, (_, _, rdev, _) in entries.items() if name != "dev/console")
+    assert names_sorted(entries)
+
+
+def names_sorted(entries: dict) -> bool:
+    return list(entries) == sorted(entries)
+
+
+def test_modules_come_with_their_dependencies(tmp_path, pod_init_bin):
+    found = qemu_boot.kernel_and_release()
+    if found is None:
+        pytest.skip("no kernel modules here (apt install linux-image-amd64)")
+    _, release = found
+    result = build_image(tmp_path / "m.img", pod_init_bin, "--module", "nvme",
+                         "--kernel-release", release)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    entries = cpio_entries(tmp_path / "m.img")
+    prefix = f"lib/modules/{release}/"
+    modules = sorted(Path(n).name.split(".ko")[0].replace("-", "_") for n in entries
+                     if n.startswith(prefix) and ".ko" in n)  # fmt: skip
+    assert modules == sorted(NVME_MODULES)
+    dep = entries[prefix + "modules.dep"][1].decode()
+    assert "kernel/drivers/nvme/host/nvme.ko: kernel/drivers/nvme/host/nvme-core.ko" in dep
+    assert entries["etc/pod-init.conf"][1] == b"podinit.modules=nvme\n"
+
+
+def test_bad_input(tmp_path, pod_init_bin):
+    out = tmp_path / "x.img"
+    dynamic = build_image(out, Path("/bin/ls"))
+    assert dynamic.returncode == 2 and "/bin/ls: not a static" in dynamic.stderr
+    missing = build_image(out, pod_init_bin, "--file", f"{tmp_path}/nope:/nope")
+    assert missing.returncode == 2 and "nope is not a file" in missing.stderr
+    relative = build_image(out, pod_init_bin, "--file", f"{BUILD}:relative")
+    assert relative.returncode == 2 and "SRC:/absolute/destination" in relative.stderr
+    setting = build_image(out, pod_init_bin, "--cmdline-default", "quiet")
+    assert setting.returncode == 2 and "expected podinit.KEY=VALUE" in setting.stderr
+    if qemu_boot.kernel_and_release():
+        release = qemu_boot.kernel_and_release()[1]
+        unknown = build_image(out, pod_init_bin, "--module", "no_such_module",
+                              "--kernel-release", release)  # fmt: skip
+        assert unknown.returncode == 2
+        assert "module no_such_module: not in /lib/modules/" in unknown.stderr
+    assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def qemu_parts():
+    why = qemu_boot.missing_parts()
+    if why:
+        pytest.skip(why)
+    return qemu_boot.kernel_and_release()
+
+
+@pytest.mark.qemu
+def test_boot_reads_the_nvme_disk_and_powers_off(tmp_path, pod_init_bin, qemu_parts):
+    kernel, release = qemu_parts
+    disk = tmp_path / "disk.img"
+    data = hashlib.shake_256(b"pod-init").digest(8 << 20)
+    disk.write_bytes(data)
+    image = tmp_path / "boot.img"
+    built = build_image(image, pod_init_bin, "--module", "nvme", "--kernel-release", release,
+                        "--cmdline-default", "podinit.cmd=/init read /dev/nvme0n1")  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    run = qemu_boot.boot(kernel, image, "podinit.hostname=boot-test", [disk], timeout=240)
+    log = run.console
+    assert not run.timed_out, log
+    assert run.returncode == 0, log
+    lines = [message for _, message in run.pod_init_lines()]
+    assert "started as the machine's init" in lines, log
+    assert "hostname: boot-test" in lines, log
+    loaded = [m.split()[1] for m in lines if m.startswith("module ") and "loaded" in m]
+    assert loaded == NVME_MODULES, log  # dependencies before what needs them
+    scan = next(m for m in lines if m.startswith("scan: "))
+    assert ", nvme 1 " in scan, log
+    digest = hashlib.sha256(data).hexdigest()
+    assert f"/dev/nvme0n1: {len(data)} bytes at offset 0, sha256 {digest} (direct" in log, log
+    assert "command exited with status 0" in lines, log
+    assert "reboot: Power down" in log, log
+
+
+@pytest.mark.qemu
+def test_bad_configuration_is_reported_and_the_machine_still_powers_off(
+    tmp_path, pod_init_bin, qemu_parts
+):
+    kernel, _ = qemu_parts
+    image = tmp_path / "boot.img"
+    assert build_image(image, pod_init_bin).returncode == 0
+    run = qemu_boot.boot(kernel, image, "podinit.end=explode podinit.colour=red -- /init true",
+                         timeout=240)  # fmt: skip
+    log = run.console
+    assert not run.timed_out and run.returncode == 0, log
+    lines = [message for _, message in run.pod_init_lines()]
+    assert any("podinit.end= must be poweroff, reboot or halt, not 'explode'" in m for m in lines)
+    assert any("unknown parameter podinit.colour" in m for m in lines), log
+    assert "command exited with status 0" not in lines  # nothing ran
+    assert "reboot: Power down" in log, log
