@@ -46,18 +46,23 @@ def build(out: Path, init: str, *args: str) -> int:
 
 def figures(run: qemu_boot.Boot) -> dict[str, float]:
     stamps: dict[str, float] = {}
-    module_ms = 0.0
+    module_ms = device_wait_ms = 0.0
     for at, message in run.pod_init_lines():
         for key, prefix in STAMPS:
             if message.startswith(prefix):
                 stamps.setdefault(key, at)
         if message.startswith("modules: "):
             module_ms = float(message.rsplit(" in ", 1)[1].split()[0])
+        if message.startswith("wait: "):  # the device's probe, not pod-init's work
+            device_wait_ms += float(message.rsplit(" after ", 1)[1].split()[0])
     if not {"start", "exec", "end"} <= set(stamps):
         raise RuntimeError("the boot did not reach the command:\n" + run.console)
     module_wall_ms = (stamps.get("modules", stamps["start"]) - stamps["start"]) * 1e3
     return {
-        "init_to_exec_ms": (stamps["exec"] - stamps["start"]) * 1e3 - module_wall_ms,
+        "init_to_exec_ms": (stamps["exec"] - stamps["start"]) * 1e3
+        - module_wall_ms
+        - device_wait_ms,
+        "device_wait_ms": device_wait_ms,
         "module_loading_ms": module_wall_ms,
         "module_finit_ms": module_ms,
         "scan_ms": (stamps["scan"] - stamps.get("modules", stamps["start"])) * 1e3,
@@ -84,7 +89,7 @@ def main() -> int:
         command = "podinit.cmd=/init read /dev/nvme0n1"
         with_modules = build(
             image, args.init, "--module", "nvme", "--kernel-release", release,
-            "--cmdline-default", command,
+            "--cmdline-default", command, "--cmdline-default", "podinit.wait=/dev/nvme0n1",
         )  # fmt: skip
         disk = folder / "disk.img"
         disk.write_bytes(hashlib.shake_256(b"boot").digest(8 << 20))
@@ -98,6 +103,7 @@ def main() -> int:
           f"{'< 20 ms':>10}")  # fmt: skip
     print(f"{'  of which the topology scan':38} {median['scan_ms']:9.1f} ms")
     print(f"{'module loading (7 modules, nvme)':38} {median['module_loading_ms']:9.1f} ms")
+    print(f"{'waiting for /dev/nvme0n1 (the probe)':38} {median['device_wait_ms']:9.1f} ms")
     print(f"{'image without modules':38} {bare / 1024:9.0f} KiB {'< 2048 KiB':>10}")
     print(f"{'image with the nvme modules':38} {with_modules / 1024:9.0f} KiB")
     print(f"{'kernel start to /init':38} {median['kernel_to_init_s']:9.2f} s")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import shutil
 import stat
 import subprocess
 import sys
@@ -123,7 +124,8 @@ def test_boot_reads_the_nvme_disk_and_powers_off(tmp_path, pod_init_bin, qemu_pa
     disk.write_bytes(data)
     image = tmp_path / "boot.img"
     built = build_image(image, pod_init_bin, "--module", "nvme", "--kernel-release", release,
-                        "--cmdline-default", "podinit.cmd=/init read /dev/nvme0n1")  # fmt: skip
+                        "--cmdline-default", "podinit.cmd=/init read /dev/nvme0n1",
+                        "--cmdline-default", "podinit.wait=/dev/nvme0n1")  # fmt: skip
     assert built.returncode == 0, built.stderr
     run = qemu_boot.boot(kernel, image, "podinit.hostname=boot-test", [disk], timeout=240)
     log = run.console
@@ -157,4 +159,63 @@ def test_bad_configuration_is_reported_and_the_machine_still_powers_off(
     assert any("podinit.end= must be poweroff, reboot or halt, not 'explode'" in m for m in lines)
     assert any("unknown parameter podinit.colour" in m for m in lines), log
     assert "command exited with status 0" not in lines  # nothing ran
+    assert "reboot: Power down" in log, log
+
+
+def partitioned_disk(path: Path, parts: list[bytes]) -> None:
+    """An MBR disk with one primary partition per blob (type 0x83), 1 MiB aligned."""
+    sector, start = 512, 2048
+    table = b""
+    layout = []
+    for blob in parts:
+        sectors = -(-len(blob) // sector)
+        table += bytes([0, 0, 0, 0, 0x83, 0, 0, 0]) + start.to_bytes(4, "little")
+        table += sectors.to_bytes(4, "little")
+        layout.append((start, blob))
+        start += -(-sectors // 2048) * 2048
+    with open(path, "wb") as f:
+        f.truncate(start * sector)
+        f.seek(446)
+        f.write(table.ljust(64, b"\0") + b"\x55\xaa")
+        for first, blob in layout:
+            f.seek(first * sector)
+            f.write(blob)
+
+
+def ext4_image(path: Path, source: Path, megabytes: int) -> bytes:
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-d", source, path, f"{megabytes}M"], check=True)
+    return path.read_bytes()
+
+
+@pytest.mark.qemu
+def test_boot_switches_root_and_mounts_data(tmp_path, pod_init_bin, qemu_parts):
+    if shutil.which("mkfs.ext4") is None:
+        pytest.skip("no mkfs.ext4 (apt install e2fsprogs)")
+    kernel, release = qemu_parts
+    root = tmp_path / "root"
+    (root / "sbin").mkdir(parents=True)
+    shutil.copy(pod_init_bin, root / "sbin" / "pod-init")
+    data = tmp_path / "data"
+    data.mkdir()
+    blob = hashlib.shake_256(b"data").digest(3 << 20)
+    (data / "blob.bin").write_bytes(blob)
+    disk = tmp_path / "disk.img"
+    partitioned_disk(disk, [ext4_image(tmp_path / "root.ext4", root, 16),
+                            ext4_image(tmp_path / "data.ext4", data, 16)])  # fmt: skip
+    image = tmp_path / "boot.img"
+    built = build_image(image, pod_init_bin, "--kernel-release", release, "--module", "nvme",
+                        "--module", "ext4", "--module", "crc32c_generic")  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    # /sbin/pod-init exists only on the new root.
+    append = ("podinit.root=/dev/nvme0n1p1 podinit.data=/dev/nvme0n1p2:/data "
+              "podinit.cmd=\"/sbin/pod-init read /data/blob.bin\"")  # fmt: skip
+    run = qemu_boot.boot(kernel, image, append, [disk], timeout=240)
+    log = run.console
+    assert not run.timed_out and run.returncode == 0, log
+    lines = [message for _, message in run.pod_init_lines()]
+    assert "root: switched to /dev/nvme0n1p1" in lines, log
+    assert "data: /dev/nvme0n1p2 mounted at /data (ext4)" in lines, log
+    digest = hashlib.sha256(blob).hexdigest()
+    assert f"/data/blob.bin: {len(blob)} bytes at offset 0, sha256 {digest} (direct" in log, log
+    assert "command exited with status 0" in lines, log
     assert "reboot: Power down" in log, log

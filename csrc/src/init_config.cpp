@@ -27,8 +27,8 @@ std::string apply_one(const std::string& key, const std::string& value, InitConf
     config->command = split_cmdline(value);
     return config->command.empty() ? "podinit.cmd= is empty" : "";
   }
-  if (key == "modules") {
-    config->modules = split_on(value, ',');
+  if (key == "modules" || key == "wait") {
+    (key == "modules" ? config->modules : config->wait) = split_on(value, ',');
     return "";
   }
   if (key == "hostname") {
@@ -68,7 +68,7 @@ std::string apply_one(const std::string& key, const std::string& value, InitConf
     return "";
   }
   return "unknown parameter podinit." + key +
-         " (known: cmd, modules, hostname, data, root, expect_gpus, end, grace)";
+         " (known: cmd, modules, wait, hostname, data, root, expect_gpus, end, grace)";
 }
 
 // "podinit.key=value" → apply; a word without '=' is an error too.

@@ -28,6 +28,7 @@ constexpr ino_t kInitPidNamespaceInode = 0xEFFFFFFCU;  // PROC_PID_INIT_INO
 constexpr const char* kConfigFile = "/etc/pod-init.conf";
 constexpr const char* kRunDir = "/run/pod-init";
 constexpr const char* kDefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+constexpr unsigned kDeviceWaitMs = 30000;
 
 struct PseudoMount {
   const char* source;
@@ -70,6 +71,27 @@ void attach_console() {
   close(fd);
 }
 
+// Drivers probe in the background after finit_module returns (NVMe namespaces
+// appear once the controller has reset), as rootwait knows: poll for the path.
+void wait_for_path(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0) return;
+  timespec start{}, now{};
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  for (;;) {
+    usleep(5000);
+    if (stat(path.c_str(), &st) == 0) break;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000 >
+        kDeviceWaitMs) {
+      throw SysError(ENOENT, path + " (waited " + std::to_string(kDeviceWaitMs / 1000) + " s)");
+    }
+  }
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  long waited_ms = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
+  boot_log("wait: " + path + " appeared after " + std::to_string(waited_ms) + " ms");
+}
+
 // Mounts `device` at `target`, trying each block filesystem the kernel knows.
 int mount_device(const std::string& device, const std::string& target, std::string* type) {
   std::string filesystems;
@@ -96,6 +118,7 @@ void mount_data(const std::string& spec) {
   size_t colon = spec.find(':');
   std::string device = spec.substr(0, colon);
   std::string target = colon == std::string::npos ? "/data" : spec.substr(colon + 1);
+  wait_for_path(device);
   std::string type;
   int rc = mount_device(device, target, &type);
   if (rc < 0) throw SysError(-rc, device + " (podinit.data, mounting at " + target + ")");
@@ -107,6 +130,7 @@ void mount_data(const std::string& spec) {
 void switch_root(const std::string& spec) {
   std::string root = spec;
   if (spec.rfind("/dev/", 0) == 0) {
+    wait_for_path(spec);
     root = "/newroot";
     std::string type;
     int rc = mount_device(spec, root, &type);
@@ -252,6 +276,8 @@ void end_machine(EndAction action) {
 }
 
 void run_machine_init() {
+  // Ctrl-Alt-Del becomes SIGINT to us (forwarded to the command) instead of an instant reboot.
+  reboot(RB_DISABLE_CAD);
   mount_pseudo_filesystems();
   attach_console();
   boot_log("started as the machine's init");
@@ -271,8 +297,10 @@ void run_machine_init() {
     int gpus = preflight(config);
     std::vector<std::pair<std::string, std::string>> env;
     if (gpus > 0) env = configure_gpus(gpus);
-    if (!config.data.empty()) mount_data(config.data);
+    // The root first: the data mount belongs in the root the command sees.
     if (!config.root.empty()) switch_root(config.root);
+    if (!config.data.empty()) mount_data(config.data);
+    for (const std::string& path : config.wait) wait_for_path(path);
     if (getenv("PATH") == nullptr) setenv("PATH", kDefaultPath, 1);
     for (const auto& [key, value] : env) setenv(key.c_str(), value.c_str(), 1);
     SupervisorOptions options;

@@ -20,7 +20,7 @@ TEST(InitConfig, KernelCommandLine) {
   std::string cmdline =
       "BOOT_IMAGE=/vmlinuz console=ttyS0 podinit.modules=nvme,ext4 podinit.hostname=node-3 "
       "podinit.cmd=\"/usr/bin/python -m train\" podinit.grace=5 podinit.end=reboot "
-      "podinit.expect_gpus=8 quiet";
+      "podinit.expect_gpus=8 podinit.wait=/dev/nvme0n1,/dev/nvme1n1 quiet";
   apply_init_params(split_cmdline(cmdline), "cmdline", &config, &errors);
   EXPECT_TRUE(errors.empty());
   EXPECT_EQ(config.command, (std::vector<std::string>{"/usr/bin/python", "-m", "train"}));
@@ -29,6 +29,7 @@ TEST(InitConfig, KernelCommandLine) {
   EXPECT_EQ(config.grace_s, 5u);
   EXPECT_EQ(config.end, EndAction::Reboot);
   EXPECT_EQ(config.expect_gpus, 8);
+  EXPECT_EQ(config.wait, (std::vector<std::string>{"/dev/nvme0n1", "/dev/nvme1n1"}));
 
   InitConfig dashed;
   apply_init_params(split_cmdline("ro podinit.cmd=/bin/false -- /bin/echo \"a b\" c"), "cmdline",

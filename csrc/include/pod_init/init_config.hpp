@@ -14,10 +14,13 @@ enum class EndAction { Poweroff, Reboot, Halt };
 struct InitConfig {
   std::vector<std::string> command;  // podinit.cmd=, or the words after "--" on the command line
   std::vector<std::string> modules;  // podinit.modules=a,b,c
-  std::string hostname;              // podinit.hostname=
-  std::string data;                  // podinit.data=DEVICE[:MOUNTPOINT], mounted before the command
-  std::string root;                  // podinit.root=DEVICE|DIR: switched into before the command
-  int expect_gpus = -1;              // podinit.expect_gpus=
+  // podinit.wait=/dev/a,/dev/b: paths to wait for (drivers probe in the
+  // background) before the command; data and root devices are waited for too.
+  std::vector<std::string> wait;
+  std::string hostname;  // podinit.hostname=
+  std::string data;      // podinit.data=DEVICE[:MOUNTPOINT], mounted before the command
+  std::string root;      // podinit.root=DEVICE|DIR: switched into before the command
+  int expect_gpus = -1;  // podinit.expect_gpus=
   EndAction end = EndAction::Poweroff;  // podinit.end=poweroff|reboot|halt
   unsigned grace_s = 10;                // podinit.grace=: TERM to KILL at shutdown
 };
