@@ -15,6 +15,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -76,6 +77,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--init", default=shutil.which("pod-init"), help="the static pod-init")
     parser.add_argument("--out", help="folder for boot_time.json")
+    parser.add_argument("--console", action="store_true", help="print the first boot's console")
     args = parser.parse_args()
     why = qemu_boot.missing_parts()
     if why or not args.init:
@@ -94,8 +96,12 @@ def main() -> int:
         disk = folder / "disk.img"
         disk.write_bytes(hashlib.shake_256(b"boot").digest(8 << 20))
         runs = []
-        for _ in range(args.runs):
-            runs.append(figures(qemu_boot.boot(kernel, image, "quiet", [disk])))
+        for i in range(args.runs):
+            boot = qemu_boot.boot(kernel, image, "quiet", [disk])
+            if args.console and i == 0:
+                text = boot.console.split("Booting from ROM..")[-1]
+                print(re.sub(r"\x1b(\[[0-9;?]*[A-Za-z]|c)", "", text).strip())
+            runs.append(figures(boot))
     median = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
     print(f"kernel {release}, QEMU {qemu_version()} (TCG), median of {args.runs} boots")
     print(f"{'figure':38} {'value':>12} {'target':>10}")

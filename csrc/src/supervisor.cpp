@@ -56,15 +56,6 @@ sigset_t supervised_signals() {
 
 }  // namespace
 
-std::string describe_wait_status(int status) {
-  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) {
-    int sig = WTERMSIG(status);
-    return "killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
-  }
-  return "ended with wait status " + std::to_string(status);
-}
-
 int become_subreaper() { return prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 ? 0 : -errno; }
 
 int supervise(const SupervisorOptions& options) {
@@ -77,10 +68,21 @@ int supervise(const SupervisorOptions& options) {
   }
   sigset_t set = supervised_signals(), parent_mask;
   sigprocmask(SIG_BLOCK, &set, &parent_mask);
+  auto fail = [&](const char* what) {
+    int err = errno;
+    sigprocmask(SIG_SETMASK, &parent_mask, nullptr);
+    throw SysError(err, what);
+  };
   int report[2];
-  if (pipe2(report, O_CLOEXEC) != 0) throw SysError(errno, "pipe");
+  if (pipe2(report, O_CLOEXEC) != 0) fail("pipe");
   pid_t child = fork();
-  if (child < 0) throw SysError(errno, "fork");
+  if (child < 0) {
+    int err = errno;
+    close(report[0]);
+    close(report[1]);
+    errno = err;
+    fail("fork");
+  }
   if (child == 0) exec_child(options, parent_mask, report[1]);
   close(report[1]);
   int exec_errno = 0;

@@ -33,7 +33,4 @@ int become_subreaper();
 // (reaping), KILL to the rest, reaped. Returns how many were killed.
 int end_all_processes(unsigned grace_ms, const InitLog& log);
 
-// "exited with status 3", "killed by signal 9 (Killed)".
-std::string describe_wait_status(int status);
-
 }  // namespace pod_init
