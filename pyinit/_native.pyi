@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['DirectReader', 'InputError', 'NcclConfig', 'Topology', 'aligned_empty', 'expand_nodelist', 'nccl_config', 'scan_topology']
+__all__: list[str] = ['DirectReader', 'InputError', 'NcclConfig', 'Topology', 'aligned_empty', 'expand_nodelist', 'nccl_config', 'node_list', 'scan_topology']
 class InputError(ValueError):
     pass
 class Topology:
@@ -142,6 +142,10 @@ def expand_nodelist(nodelist: str) -> list[str]:
 def nccl_config(sysfs_root: str = '/sys', proc_root: str = '/proc', hints: str = '', hostfile: str = '', hostfile_text: str = '', out_dir: str = '.', socket_ifname: str = '', force_rings: bool = False, channels: typing.SupportsInt | typing.SupportsIndex = 0, details: collections.abc.Mapping[str, tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, collections.abc.Sequence[tuple[str, str, typing.SupportsInt | typing.SupportsIndex]]]] = {}, environment: collections.abc.Mapping[str, str] = {}) -> NcclConfig:
     """
     Builds the NCCL configuration (nothing is written until write()). Raises InputError for bad input, OSError when sysfs cannot be read.
+    """
+def node_list(hostfile: str, hostfile_text: str = '') -> tuple[list[str], int, str]:
+    """
+    (addresses, this node's rank, the interface holding its address) from a hostfile of IP addresses (hostfile_text instead of reading the file when given; the path still names errors). InputError for bad input.
     """
 def scan_topology(sysfs_root: str = '/sys', expect_gpus: typing.SupportsInt | typing.SupportsIndex = -1, probe_bar0: bool = True) -> Topology:
     """

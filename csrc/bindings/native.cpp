@@ -227,6 +227,23 @@ PYBIND11_MODULE(_native, m) {
       "Builds the NCCL configuration (nothing is written until write()). Raises InputError for "
       "bad input, OSError when sysfs cannot be read.");
 
+  m.def(
+      "node_list",
+      [](const std::string& hostfile, const std::string& hostfile_text) {
+        pod_init::NodeList nodes;
+        {
+          py::gil_scoped_release release;
+          nodes = pod_init::load_node_list(hostfile, hostfile_text);
+        }
+        std::vector<std::string> addresses;
+        for (const pod_init::HostEntry& host : nodes.hosts) addresses.push_back(host.address);
+        return py::make_tuple(addresses, nodes.node_rank, nodes.interface);
+      },
+      py::arg("hostfile"), py::arg("hostfile_text") = "",
+      "(addresses, this node's rank, the interface holding its address) from a hostfile of IP "
+      "addresses (hostfile_text instead of "
+      "reading the file when given; the path still names errors). InputError for bad input.");
+
   py::class_<pod_init::DirectReader>(m, "DirectReader")
       .def(py::init([](const std::variant<std::string, std::vector<std::string>>& path,
                        int queue_depth, const std::string& backend, bool page_cache) {

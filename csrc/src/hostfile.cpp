@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "pod_init/error.hpp"
 #include "pod_init/line_input.hpp"
+#include "pod_init/netif.hpp"
 #include "pod_init/sysfs.hpp"
 
 namespace pod_init {
@@ -187,6 +189,31 @@ std::string hosts_lines(const std::vector<HostEntry>& hosts) {
     out += hosts[i].address + " node-" + std::to_string(i) + "\n";
   }
   return out;
+}
+
+NodeList load_node_list(const std::string& path, const std::string& text) {
+  NodeList nodes;
+  std::string content = text;
+  if (content.empty()) {
+    int rc = sysfs::read_text(path, &content, 16 << 20);
+    if (rc < 0) throw InputError(path, 0, errno_text(-rc));
+  }
+  LineError error;
+  if (parse_hostfile(content, false, &nodes.hosts, &error) < 0) {
+    throw InputError(path, error.line, error.message);
+  }
+  std::vector<InterfaceAddress> interfaces;
+  int rc = interface_addresses(&interfaces);
+  if (rc < 0) throw SysError(-rc, "getifaddrs");
+  std::vector<std::string> own;
+  for (const InterfaceAddress& entry : interfaces) own.push_back(entry.address);
+  if (find_own_rank(nodes.hosts, own, &nodes.node_rank, &error) < 0) {
+    throw InputError(path, error.line, error.message);
+  }
+  for (const InterfaceAddress& entry : interfaces) {
+    if (entry.address == nodes.hosts[nodes.node_rank].address) nodes.interface = entry.interface;
+  }
+  return nodes;
 }
 
 }  // namespace pod_init

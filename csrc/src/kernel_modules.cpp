@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <string>
+#include <vector>
 
 #include "pod_init/sysfs.hpp"
 

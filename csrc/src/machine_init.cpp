@@ -11,6 +11,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "pod_init/error.hpp"
 #include "pod_init/kernel_modules.hpp"

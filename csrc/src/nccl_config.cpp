@@ -87,20 +87,9 @@ void load_hints(const NcclRequest& request, NcclConfig* config) {
 
 void load_hosts(const NcclRequest& request, NcclConfig* config) {
   if (request.hostfile_path.empty()) return;
-  LineError error;
-  std::string text =
-      request.hostfile_text.empty() ? read_input(request.hostfile_path) : request.hostfile_text;
-  if (parse_hostfile(text, false, &config->hosts, &error) < 0) {
-    throw InputError(request.hostfile_path, error.line, error.message);
-  }
-  std::vector<InterfaceAddress> interfaces;
-  int rc = interface_addresses(&interfaces);
-  if (rc < 0) throw SysError(-rc, "getifaddrs");
-  std::vector<std::string> own;
-  for (const InterfaceAddress& entry : interfaces) own.push_back(entry.address);
-  if (find_own_rank(config->hosts, own, &config->node_rank, &error) < 0) {
-    throw InputError(request.hostfile_path, error.line, error.message);
-  }
+  NodeList nodes = load_node_list(request.hostfile_path, request.hostfile_text);
+  config->hosts = std::move(nodes.hosts);
+  config->node_rank = nodes.node_rank;
 }
 
 void build_graph(const NcclRequest& request, NcclConfig* config) {

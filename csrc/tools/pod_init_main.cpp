@@ -2,12 +2,16 @@
 // the boot image) it brings the node up and runs the workload; otherwise
 // `pod-init [--grace S] -- COMMAND...` supervises a command as tini does, and
 // subcommands inspect the node.
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 

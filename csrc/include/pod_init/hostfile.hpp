@@ -35,6 +35,18 @@ int find_own_rank(const std::vector<HostEntry>& hosts,
 // "ADDRESS node-K" lines, node 0 first: the master is node-0.
 std::string hosts_lines(const std::vector<HostEntry>& hosts);
 
+struct NodeList {
+  std::vector<HostEntry> hosts;  // node 0 (the master) first
+  int node_rank = 0;             // this node's index
+  std::string interface;         // the interface holding this node's address
+};
+
+// The API layer over the above: parses the hostfile (`text`, or read from
+// `path` when empty; names are an error) and finds this node by the addresses
+// of its interfaces. Throws InputError naming the file and line, SysError when
+// the interfaces cannot be listed.
+NodeList load_node_list(const std::string& path, const std::string& text);
+
 // Canonical text of an IPv4/IPv6 address; "" when `text` is not one.
 std::string canonical_address(std::string_view text);
 
