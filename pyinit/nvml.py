@@ -14,6 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+# What health() reports: ECC mode, uncorrected ECC errors since the driver
+# loaded, and row remapping (HBM parts: rows remapped for uncorrectable errors,
+# a remap waiting for a GPU reset, a remap that failed).
+HEALTH_KEYS = ("ecc_enabled", "ecc_uncorrected_volatile", "remapped_uncorrectable",
+               "remap_pending", "remap_failed")  # fmt: skip
+
 # nvmlDeviceGetP2PStatus capability indices, in NVML's order.
 P2P_CAPABILITIES = ("read", "write", "nvlink", "atomics", "pci")
 # nvmlGpuP2PStatus_t, abbreviated the way `nvidia-smi topo -p2p` prints it.
@@ -73,6 +79,9 @@ class NvmlBackend(Protocol):
 
     def p2p_status(self, a: Any, b: Any, capability: int) -> int: ...
     def common_ancestor(self, a: Any, b: Any) -> int: ...
+    def health(self, handle: Any) -> dict[str, Any]:
+        """HEALTH_KEYS; a value is None where the GPU does not support the query."""
+        ...
 
 
 class PynvmlBackend:
@@ -158,13 +167,35 @@ class PynvmlBackend:
     def common_ancestor(self, a: Any, b: Any) -> int:
         return int(self._nvml.nvmlDeviceGetTopologyCommonAncestor(a, b))
 
+    def health(self, handle: Any) -> dict[str, Any]:
+        n = self._nvml
+        out: dict[str, Any] = dict.fromkeys(HEALTH_KEYS)
+        try:
+            out["ecc_enabled"] = bool(n.nvmlDeviceGetEccMode(handle)[0])
+            out["ecc_uncorrected_volatile"] = int(
+                n.nvmlDeviceGetTotalEccErrors(
+                    handle, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_VOLATILE_ECC
+                )
+            )
+        except n.NVMLError:
+            pass  # no ECC on this part
+        try:
+            _, uncorrectable, pending, failed = n.nvmlDeviceGetRemappedRows(handle)
+            out["remapped_uncorrectable"] = int(uncorrectable)
+            out["remap_pending"] = bool(pending)
+            out["remap_failed"] = bool(failed)
+        except n.NVMLError:
+            pass  # no row remapping before Ampere
+        return out
+
 
 class FakeNvml:
     """Recorded NVML answers, for machines without a driver.
 
     ``spec``: ``driver`` and ``gpus``, a list of dicts with ``bus_id``,
     ``name``, ``sm`` (``[9, 0]``), ``memory_total``, ``bar1_total``, ``pcie``
-    (four ints), ``nvlinks`` (``[link, remote bus id, remote type]`` lists);
+    (four ints), ``nvlinks`` (``[link, remote bus id, remote type]`` lists),
+    optionally ``health`` (HEALTH_KEYS; missing keys read as unsupported);
     ``p2p`` maps ``"i,j"`` to five statuses and ``ancestors`` maps ``"i,j"`` to
     a level (both default to OK and PHB).
     """
@@ -190,6 +221,7 @@ class FakeNvml:
                         "bar1_total": backend.bar1_total(h),
                         "pcie": list(backend.pcie_link(h)),
                         "nvlinks": [list(link) for link in backend.nvlinks(h)],
+                        "health": backend.health(h),
                     }
                 )
             pairs = [(a, b) for a in range(len(handles)) for b in range(len(handles)) if a != b]
@@ -250,6 +282,10 @@ class FakeNvml:
     def common_ancestor(self, a: Any, b: Any) -> int:
         return int(self._spec.get("ancestors", {}).get(f"{a},{b}", 30))
 
+    def health(self, handle: Any) -> dict[str, Any]:
+        recorded = self._spec["gpus"][handle].get("health", {})
+        return {key: recorded.get(key) for key in HEALTH_KEYS}
+
 
 @dataclass(frozen=True)
 class NvLink:
@@ -271,6 +307,7 @@ class NvmlGpu:
     pcie_width: int
     pcie_max_width: int
     nvlinks: tuple[NvLink, ...]
+    health: Mapping[str, Any] = field(default_factory=dict)  # HEALTH_KEYS
 
 
 @dataclass(frozen=True)
@@ -369,6 +406,7 @@ def read_nvml(backend: NvmlBackend | None = None) -> NvmlView:
                     pcie_width=width,
                     pcie_max_width=max_width,
                     nvlinks=tuple(links),
+                    health=nvml.health(handle),
                 )
             )
         pairs = []
