@@ -1,9 +1,6 @@
 """pod-init: node runtime for GPU training machines."""
 
-from pyinit._native import __version__
-from pyinit.nccl import configure as configure_nccl
-from pyinit.nvml import NvmlUnavailable, NvmlView, read_nvml
-from pyinit.topology import Acs, Bar, Bar0, Device, Finding, Link, Matrix, Topology, scan
+import importlib
 
 __all__ = [
     "Acs",
@@ -25,18 +22,31 @@ __all__ = [
     "scan",
 ]
 
-# The reader pulls in numpy and the dataset torch; load them on first use so
-# `import pyinit` stays quick.
+# Every name is loaded on first use (PEP 562): the native module, numpy and
+# torch cost tens of milliseconds each, and `import pyinit` should cost none
+# of them until they are needed.
 _LAZY = {
+    **dict.fromkeys(
+        ("Acs", "Bar", "Bar0", "Device", "Finding", "Link", "Matrix", "Topology", "scan"),
+        "pyinit.topology",
+    ),
+    **dict.fromkeys(("NvmlUnavailable", "NvmlView", "read_nvml"), "pyinit.nvml"),
     "DirectReader": "pyinit.io",
     "aligned_empty": "pyinit.io",
     "TokenShardDataset": "pyinit.data",
+    "__version__": "pyinit._native",
 }
+_RENAMED = {"configure_nccl": ("pyinit.nccl", "configure")}
 
 
 def __getattr__(name: str):
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _RENAMED:
+        module, attribute = _RENAMED[name]
+        return getattr(importlib.import_module(module), attribute)
     raise AttributeError(f"module 'pyinit' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
