@@ -36,6 +36,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    value = _non_negative(text)
+    if not 1 <= value <= 65534:  # the port above it is the run's liveness port
+        raise argparse.ArgumentTypeError(f"must be from 1 to 65534: {value}")
+    return value
+
+
 def _channels(text: str) -> int:
     value = _non_negative(text)
     if not 1 <= value <= 32:
@@ -131,6 +138,26 @@ def _cmd_shard(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_run(args: argparse.Namespace) -> int:
+    from pyinit.run import run
+
+    command = args.command_line[1:] if args.command_line[:1] == ["--"] else args.command_line
+    if not command:
+        raise ValueError("no script: pyinit run [options] -- SCRIPT [ARGS...]")
+    return run(
+        command[0],
+        command[1:],
+        hostfile=args.hostfile,
+        nproc_per_node=args.nproc_per_node,
+        master_port=args.master_port,
+        max_restarts=args.max_restarts,
+        preflight_mode=args.preflight,
+        expect_gpus=args.expect_gpus,
+        run_dir=args.run_dir,
+        nvml_backend=nvml_backend,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pyinit", description="pod-init supervisor")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -187,6 +214,20 @@ def build_parser() -> argparse.ArgumentParser:
     shard.add_argument("--force", action="store_true", help="replace shards already in --out")
     shard.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     shard.set_defaults(handler=_cmd_shard)
+
+    run = sub.add_parser("run", help="preflight, NCCL files, then torchrun on this node")
+    run.add_argument("--hostfile", metavar="FILE", help="one IP address per node, node 0 first")
+    run.add_argument(
+        "--nproc-per-node", default="auto", metavar="N|auto",
+        help="workers on this node (auto: one per GPU, else one per CPU up to 8)",
+    )  # fmt: skip
+    run.add_argument("--master-port", type=_port, default=29500, metavar="P")
+    run.add_argument("--max-restarts", type=_non_negative, default=0, metavar="K")
+    run.add_argument("--preflight", choices=("warn", "strict", "off"), default="warn")
+    run.add_argument("--expect-gpus", type=_non_negative, metavar="N")
+    run.add_argument("--run-dir", metavar="DIR", help="events.jsonl, NCCL files (pyinit-run/nodeR)")
+    run.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- SCRIPT [ARGS...]")
+    run.set_defaults(handler=_cmd_run)
 
     bench = sub.add_parser("bench", help="benchmarks: io (against fio), data (against memmap)")
     kinds = bench.add_subparsers(dest="kind", required=True, metavar="KIND")

@@ -1,0 +1,41 @@
+"""What torchrun starts for `pyinit run`: the user's script, run as
+``__main__``, with its exit status written down, because torchrun reports a
+failed worker as its own exit status 1 and the script's own code is lost.
+
+    python -m pyinit.worker STATUS_DIR SCRIPT [ARGS...]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+from pathlib import Path
+
+
+def _record(status_dir: Path, code: int) -> None:
+    rank = os.environ.get("RANK", "0")
+    temp = status_dir / f".rank-{rank}.json.tmp"
+    temp.write_text(json.dumps({"rank": int(rank), "exit": code}) + "\n")
+    os.replace(temp, status_dir / f"rank-{rank}.json")
+
+
+def main() -> None:
+    status_dir, script, *args = sys.argv[1:]
+    sys.argv = [script, *args]
+    sys.path.insert(0, str(Path(script).resolve().parent))
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        _record(Path(status_dir), code)
+        raise
+    except BaseException:
+        _record(Path(status_dir), 1)
+        raise
+    _record(Path(status_dir), 0)
+
+
+if __name__ == "__main__":
+    main()

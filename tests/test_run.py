@@ -1,0 +1,222 @@
+"""`pyinit run`: the example trains on CPU, exit codes and signals, bad input,
+and three nodes in network namespaces joined by a bridge, one of which is
+killed mid-run. Namespaces need root; CI runs as root."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "train_tiny.py"
+TINY = [
+    "--seq-len",
+    "32",
+    "--batch-size",
+    "8",
+    "--width",
+    "32",
+    "--layers",
+    "1",
+    "--log-every",
+    "5",
+]
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> Path:
+    folder = Path("/var/tmp") / f"pyinit-run-{os.getpid()}"
+    subprocess.run([sys.executable, ROOT / "examples" / "make_corpus.py", "--out",
+                    folder / "corpus.jsonl", "--megabytes", "0.5"], check=True,
+                   capture_output=True)  # fmt: skip
+    from pyinit.sharder import shard
+
+    shard([str(folder / "corpus.jsonl")], str(folder / "shards"), 2)
+    yield folder / "shards"
+    subprocess.run(["rm", "-rf", folder])
+
+
+def pyinit_run(pyinit_bin, *args, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([pyinit_bin, "run", *args], capture_output=True, text=True,
+                          timeout=kwargs.pop("timeout", 240), **kwargs)  # fmt: skip
+
+
+def events(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+
+
+def test_the_example_trains_on_cpu_and_the_loss_falls(pyinit_bin, shards, tmp_path):
+    result = pyinit_run(pyinit_bin, "--nproc-per-node", "2", "--run-dir", tmp_path, "--",
+                        EXAMPLE, "--data", shards, "--steps", "40", *TINY)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "all-reduce: sum 3 over 2 ranks, expected 3" in result.stdout
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["steps"] == 40 and summary["ranks"] == 2
+    assert summary["final_loss"] < summary["first_loss"] - 0.5, summary
+    kinds = [e["event"] for e in events(tmp_path)]
+    # With GPUs an "nccl" event (the files written) comes before the spawn.
+    assert [k for k in kinds if k != "nccl"][:3] == ["start", "preflight", "spawn"]
+    assert kinds[-1] == "end"
+    spawn = next(e for e in events(tmp_path) if e["event"] == "spawn")
+    assert spawn["command"][1:3] == ["-m", "torch.distributed.run"]
+    assert "--nproc-per-node" in spawn["command"] and "--no-python" in spawn["command"]
+
+
+def test_a_script_that_exits_3_gives_3(pyinit_bin, tmp_path):
+    script = tmp_path / "three.py"
+    script.write_text("import sys\nsys.exit(3)\n")
+    result = pyinit_run(pyinit_bin, "--nproc-per-node", "1", "--run-dir", tmp_path, "--", script)
+    assert result.returncode == 3, result.stderr[-2000:]
+    end = events(tmp_path)[-1]
+    assert end["event"] == "end" and end["status"] == 3 and end["torchrun_returncode"] == 1
+
+
+def test_sigterm_ends_the_workers_and_gives_143(pyinit_bin, tmp_path):
+    script = tmp_path / "forever.py"
+    pid_file = tmp_path / "worker.pid"
+    script.write_text(f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+                      "while True:\n    time.sleep(0.1)\n")  # fmt: skip
+    command = [pyinit_bin, "run", "--nproc-per-node", "1", "--run-dir", tmp_path, "--", script]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    worker = int(pid_file.read_text())
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 143
+    assert not Path(f"/proc/{worker}").exists()
+    log = events(tmp_path)
+    assert {"event": "signal", "signal": "SIGTERM"}.items() <= next(
+        e for e in log if e["event"] == "signal"
+    ).items()
+    assert log[-1]["status"] == 143
+
+
+def test_bad_input_is_one_clear_line_and_exit_2(pyinit_bin, tmp_path, shards):
+    script = tmp_path / "ok.py"
+    script.write_text("pass\n")
+    duplicate = tmp_path / "duplicate"
+    duplicate.write_text("127.0.0.1\n10.9.9.9\n127.0.0.1\n")
+    malformed = tmp_path / "malformed"
+    malformed.write_text("127.0.0.1\n10.0.0.[1-\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("10.9.9.1\n10.9.9.2\n")
+    cases = [
+        (["--hostfile", duplicate, "--", script], f"{duplicate}:3: "),
+        (["--hostfile", malformed, "--", script], f"{malformed}:2: "),
+        (["--hostfile", elsewhere, "--", script], f"{elsewhere}"),
+        (["--", tmp_path / "missing.py"], "missing.py: no such script"),
+        (["--nproc-per-node", "0", "--", script], "--nproc-per-node must be at least 1"),
+        ([], "no script"),
+    ]
+    for args, message in cases:
+        result = pyinit_run(pyinit_bin, "--run-dir", tmp_path / "bad", *args)
+        assert result.returncode == 2, (args, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], (args, result.stderr)
+
+
+NODES = ["10.77.0.1", "10.77.0.2", "10.77.0.3"]
+
+
+@pytest.fixture
+def three_namespaces():
+    """Three network namespaces on one bridge, each with its own address."""
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    if shutil.which("ip") is None:
+        pytest.skip("no ip command (apt install iproute2)")
+    tag = f"pi{os.getpid() % 10000}"
+    bridge = f"{tag}br"
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True)
+
+    ip("link", "add", bridge, "type", "bridge")
+    ip("link", "set", bridge, "up")
+    names = []
+    try:
+        for i, address in enumerate(NODES):
+            ns = f"{tag}n{i}"
+            names.append(ns)
+            ip("netns", "add", ns)
+            ip("link", "add", f"{tag}v{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
+            ip("link", "set", f"{tag}v{i}", "master", bridge, "up")
+            ip("-n", ns, "addr", "add", f"{address}/24", "dev", "eth0")
+            ip("-n", ns, "link", "set", "eth0", "up")
+            ip("-n", ns, "link", "set", "lo", "up")
+        yield names
+    finally:
+        for ns in names:
+            subprocess.run(["ip", "netns", "pids", ns], capture_output=True)
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        subprocess.run(["ip", "link", "del", bridge], capture_output=True)
+
+
+def start_nodes(pyinit_bin, names, hostfile, tmp_path, steps, shards) -> list[subprocess.Popen]:
+    procs = []
+    for ns in names:
+        command = ["ip", "netns", "exec", ns, pyinit_bin, "run", "--hostfile", hostfile,
+                   "--nproc-per-node", "1", "--master-port", "29611", "--run-dir", tmp_path / ns,
+                   "--", EXAMPLE, "--data", shards, "--steps", str(steps), *TINY]  # fmt: skip
+        procs.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, start_new_session=True))  # fmt: skip
+    return procs
+
+
+@pytest.mark.root
+def test_three_nodes_in_namespaces_train_together(pyinit_bin, three_namespaces, tmp_path, shards):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("\n".join(NODES) + "\n")
+    procs = start_nodes(pyinit_bin, three_namespaces, hostfile, tmp_path, 15, shards)
+    outputs = [p.communicate(timeout=300) for p in procs]
+    for proc, (_, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err[-3000:]
+    assert "all-reduce: sum 6 over 3 ranks, expected 6" in outputs[0][0]
+    assert "step    15" in outputs[0][0]
+    for rank, ns in enumerate(three_namespaces):
+        start = events(tmp_path / ns)[0]
+        assert start["nodes"]["rank"] == rank and start["nodes"]["source"] == "hostfile"
+        spawn = next(e for e in events(tmp_path / ns) if e["event"] == "spawn")
+        assert spawn["command"][spawn["command"].index("--master-addr") + 1] == NODES[0]
+
+
+@pytest.mark.root
+def test_a_killed_node_ends_the_others_and_is_named(pyinit_bin, three_namespaces, tmp_path, shards):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("\n".join(NODES) + "\n")
+    procs = start_nodes(pyinit_bin, three_namespaces, hostfile, tmp_path, 100000, shards)
+    deadline = time.monotonic() + 180
+    progress = tmp_path / three_namespaces[0] / "events.jsonl"
+    # Wait until training runs: rank 0 prints steps.
+    line = ""
+    while "step " not in line:
+        assert time.monotonic() < deadline, "training did not start"
+        line = procs[0].stdout.readline()
+    # Node 2's whole process tree: torchrun starts its workers in sessions of
+    # their own, so a process group is not enough; everything in the namespace is.
+    pids = subprocess.run(["ip", "netns", "pids", three_namespaces[2]], capture_output=True,
+                          text=True, check=True).stdout.split()  # fmt: skip
+    for pid in pids:
+        os.kill(int(pid), signal.SIGKILL)
+    killed_at = time.monotonic()
+    for proc in procs[:2]:
+        proc.communicate(timeout=120)
+        assert proc.returncode != 0
+    assert time.monotonic() - killed_at < 120
+    procs[2].communicate(timeout=60)
+    for ns in three_namespaces[:2]:
+        end = events(tmp_path / ns)[-1]
+        assert end["event"] == "end" and end["status"] != 0
+        assert end["unreachable_nodes"] == [{"rank": 2, "address": NODES[2]}], end
+    assert progress.exists()
