@@ -220,3 +220,53 @@ def test_a_killed_node_ends_the_others_and_is_named(pyinit_bin, three_namespaces
         assert end["event"] == "end" and end["status"] != 0
         assert end["unreachable_nodes"] == [{"rank": 2, "address": NODES[2]}], end
     assert progress.exists()
+
+
+def test_nodes_from_slurm_and_from_the_environment():
+    from pyinit.run import find_nodes
+
+    slurm = find_nodes(None, {"SLURM_JOB_NODELIST": "gpu[07-09]", "SLURM_NODEID": "2",
+                              "SLURM_NNODES": "3"})  # fmt: skip
+    assert (slurm.count, slurm.rank, slurm.master, slurm.source) == (3, 2, "gpu07", "slurm")
+    env = find_nodes(None, {"MASTER_ADDR": "10.1.0.5", "NODE_RANK": "1", "NNODES": "4"})
+    assert (env.count, env.rank, env.master, env.source) == (4, 1, "10.1.0.5", "environment")
+    operator = find_nodes(None, {"MASTER_ADDR": "10.1.0.5", "GROUP_RANK": "3", "WORLD_SIZE": "4"})
+    assert (operator.count, operator.rank) == (4, 3)
+    assert find_nodes(None, {}).source == "single"
+    with pytest.raises(ValueError, match="SLURM_NODEID=5 does not fit 3 nodes"):
+        find_nodes(None, {"SLURM_JOB_NODELIST": "n[1-3]", "SLURM_NODEID": "5"})
+    with pytest.raises(ValueError, match="NNODES='two' is not a whole number"):
+        find_nodes(None, {"MASTER_ADDR": "10.1.0.5", "NNODES": "two"})
+
+
+def test_strict_preflight_refuses_to_start(pyinit_bin, tmp_path):
+    script = tmp_path / "ok.py"
+    script.write_text("pass\n")
+    result = pyinit_run(pyinit_bin, "--expect-gpus", "8", "--preflight", "strict",
+                        "--run-dir", tmp_path, "--", script)  # fmt: skip
+    assert result.returncode == 1
+    assert "GPU_COUNT" in result.stderr or "expected 8" in result.stderr, result.stderr
+    assert "not starting (--preflight strict)" in result.stderr
+    assert [e["event"] for e in events(tmp_path)] == ["start", "preflight", "end"]
+    warned = pyinit_run(pyinit_bin, "--expect-gpus", "8", "--nproc-per-node", "1",
+                        "--run-dir", tmp_path / "warn", "--", script)  # fmt: skip
+    assert warned.returncode == 0 and "preflight error" in warned.stderr
+
+
+def test_nvml_health_errors_are_preflight_errors():
+    from pyinit.nvml import FakeNvml, read_nvml
+    from pyinit.run import gpu_health
+
+    spec = json.loads((ROOT / "tests" / "data" / "h200x2-nvml.json").read_text())
+    assert gpu_health(read_nvml(FakeNvml(spec))) == []  # the lent machine: healthy
+    spec["gpus"][1]["health"] = {"ecc_enabled": True, "ecc_uncorrected_volatile": 2,
+                                 "remap_pending": True, "remap_failed": False}  # fmt: skip
+    spec["gpus"][0]["pcie"] = [5, 5, 8, 16]
+    view = read_nvml(FakeNvml(spec))
+    found = {(f.severity, f.code, f.device) for f in gpu_health(view)}
+    first, second = view.gpus[0].bdf, view.gpus[1].bdf
+    assert found == {
+        ("error", "ECC_UNCORRECTED", second),
+        ("warning", "ROW_REMAP_PENDING", second),
+        ("error", "PCIE_WIDTH_DEGRADED", first),
+    }
