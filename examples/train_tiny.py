@@ -55,6 +55,9 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--log-every", type=int, default=20)
+    parser.add_argument("--cold", action="store_true",
+                        help="evict the shards from the page cache first, so batches are read "
+                        "from the disk")  # fmt: skip
     args = parser.parse_args()
 
     cuda = torch.cuda.is_available()
@@ -77,6 +80,12 @@ def main() -> None:
     torch.manual_seed(0)
     data = TokenShardDataset(args.data, args.seq_len, batch_size=args.batch_size, seed=0,
                              drop_last=True)  # fmt: skip
+    if args.cold and int(os.environ.get("LOCAL_RANK", 0)) == 0:
+        for path in data.paths:
+            fd = os.open(path, os.O_RDONLY)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.close(fd)
+    dist.barrier()
     vocab = data.headers[0].vocab_size
     model = TinyLM(vocab, args.seq_len, args.width, args.layers, heads=4).to(device)
     model = DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
