@@ -14,6 +14,7 @@ static rendezvous at the master; its workers run the script through
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import json
 import os
 import signal
@@ -263,6 +264,8 @@ def run(
     started = time.monotonic()
     if not Path(script).is_file():
         raise InputError(f"{script}: no such script")
+    if importlib.util.find_spec("torch") is None:
+        raise InputError("pyinit run starts torchrun, which needs torch: pip install torch")
     if preflight_mode not in PREFLIGHT_MODES:
         raise InputError(f"--preflight must be warn, strict or off, not {preflight_mode!r}")
     nodes = find_nodes(hostfile, os.environ)
