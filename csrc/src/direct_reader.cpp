@@ -1,7 +1,6 @@
 #include "pod_init/direct_reader.hpp"
 
 #include <pthread.h>
-#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -9,6 +8,7 @@
 #include <cstring>
 #include <new>
 
+#include "pod_init/clock.hpp"
 #include "pod_init/error.hpp"
 
 namespace pod_init {
@@ -23,12 +23,6 @@ std::once_flag g_atfork_once;
 void register_atfork() {
   std::call_once(g_atfork_once,
                  [] { pthread_atfork(nullptr, nullptr, [] { g_fork_generation.fetch_add(1); }); });
-}
-
-uint64_t now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 bool is_aligned(const void* p, uint64_t alignment) {
@@ -230,7 +224,7 @@ void DirectReader::run(std::vector<Piece>* pieces) {
   int64_t failure = 0;
   uint32_t failed_file = 0;
   auto submit = [&](Piece& piece, uint64_t tag) {
-    piece.submitted_ns = now_ns();
+    piece.submitted_ns = monotonic_ns();
     int rc = backend_->submit({tag, piece.file, piece.io, piece.offset, piece.length});
     if (rc < 0) {
       failure = rc;
@@ -252,7 +246,7 @@ void DirectReader::run(std::vector<Piece>* pieces) {
       // The kernel may still write into these buffers: nothing safe remains to do.
       throw SysError(-rc, paths_[0] + " (io backend failed with reads in flight)");
     }
-    uint64_t done_ns = now_ns();
+    uint64_t done_ns = monotonic_ns();
     for (const IoCompletion& completion : completions) {
       Piece& piece = (*pieces)[completion.tag];
       --in_flight;

@@ -4,13 +4,13 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <string>
 #include <vector>
 
+#include "pod_init/clock.hpp"
 #include "pod_init/sysfs.hpp"
 
 namespace pod_init {
@@ -22,12 +22,6 @@ constexpr size_t kIndexLimit = 64 << 20;  // modules.dep is about 1 MiB for a wh
 
 bool ends_with(std::string_view text, std::string_view suffix) {
   return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
-}
-
-uint64_t boottime_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_BOOTTIME, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 int visit(const ModuleIndex& index, const std::string& name, std::set<std::string>* done,

@@ -5,7 +5,6 @@
 #include <sys/reboot.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "pod_init/clock.hpp"
 #include "pod_init/error.hpp"
 #include "pod_init/kernel_modules.hpp"
 #include "pod_init/line_input.hpp"
@@ -79,20 +79,14 @@ void attach_console() {
 void wait_for_path(const std::string& path) {
   struct stat st {};
   if (stat(path.c_str(), &st) == 0) return;
-  timespec start{}, now{};
-  clock_gettime(CLOCK_MONOTONIC, &start);
-  for (;;) {
-    usleep(5000);
-    if (stat(path.c_str(), &st) == 0) break;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    if ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000 >
-        kDeviceWaitMs) {
+  const uint64_t start = monotonic_ms();
+  while (stat(path.c_str(), &st) != 0) {
+    if (monotonic_ms() - start > kDeviceWaitMs) {
       throw SysError(ENOENT, path + " (waited " + std::to_string(kDeviceWaitMs / 1000) + " s)");
     }
+    usleep(5000);
   }
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  long waited_ms = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
-  boot_log("wait: " + path + " appeared after " + std::to_string(waited_ms) + " ms");
+  boot_log("wait: " + path + " appeared after " + std::to_string(monotonic_ms() - start) + " ms");
 }
 
 // Mounts `device` at `target`, trying each block filesystem the kernel knows.
@@ -259,10 +253,9 @@ bool is_machine_init() {
 }
 
 void boot_log(const std::string& message) {
-  timespec ts{};
-  clock_gettime(CLOCK_BOOTTIME, &ts);
-  std::printf("[%5ld.%06ld] pod-init: %s\n", static_cast<long>(ts.tv_sec), ts.tv_nsec / 1000,
-              message.c_str());
+  uint64_t ns = boottime_ns();
+  std::printf("[%5llu.%06llu] pod-init: %s\n", static_cast<unsigned long long>(ns / 1000000000u),
+              static_cast<unsigned long long>(ns % 1000000000u / 1000u), message.c_str());
   std::fflush(stdout);
 }
 

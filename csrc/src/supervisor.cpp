@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "pod_init/clock.hpp"
 #include "pod_init/error.hpp"
 
 namespace pod_init {
@@ -21,12 +22,6 @@ namespace pod_init {
 namespace {
 
 constexpr int kForwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGQUIT, SIGWINCH};
-
-uint64_t monotonic_ms() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000u + static_cast<uint64_t>(ts.tv_nsec) / 1000000u;
-}
 
 int exit_code(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);

@@ -1,10 +1,9 @@
 #include "pod_init/topology.hpp"
 
-#include <time.h>
-
 #include <algorithm>
 #include <set>
 
+#include "pod_init/clock.hpp"
 #include "pod_init/error.hpp"
 #include "pod_init/topology_checks.hpp"
 
@@ -18,11 +17,7 @@ size_t common_prefix(const std::vector<std::string>& a, const std::vector<std::s
   return n;
 }
 
-double monotonic_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
+double monotonic_seconds() { return static_cast<double>(monotonic_ns()) * 1e-9; }
 
 }  // namespace
 

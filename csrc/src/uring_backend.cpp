@@ -1,10 +1,10 @@
 #include <liburing.h>
-#include <time.h>
 
 #include <cerrno>
 #include <cstring>
 #include <utility>
 
+#include "pod_init/clock.hpp"
 #include "pod_init/error.hpp"
 #include "pod_init/io_backend.hpp"
 
@@ -112,12 +112,6 @@ class UringBackend : public IoBackend {
 
  private:
   static constexpr uint64_t kPollNs = 100'000;
-
-  static uint64_t monotonic_ns() {
-    timespec ts{};
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
-  }
 
   int drain(std::vector<IoCompletion>* completions) {
     io_uring_cqe* cqe = nullptr;

@@ -2,7 +2,6 @@
 // the boot image) it brings the node up and runs the workload; otherwise
 // `pod-init [--grace S] -- COMMAND...` supervises a command as tini does, and
 // subcommands inspect the node.
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +17,7 @@
 extern char** environ;
 
 #include "pod_init/aligned_buffer.hpp"
+#include "pod_init/clock.hpp"
 #include "pod_init/direct_reader.hpp"
 #include "pod_init/error.hpp"
 #include "pod_init/machine_init.hpp"
@@ -190,8 +190,7 @@ int run_read(const std::vector<std::string>& args) {
     pod_init::AlignedBuffer buffer(kChunk);
     if (buffer.data() == nullptr) throw pod_init::SysError(ENOMEM, path);
     pod_init::Sha256 sha;
-    timespec start{}, end{};
-    clock_gettime(CLOCK_MONOTONIC, &start);
+    const uint64_t start = pod_init::monotonic_ns();
     uint64_t done = 0;
     while (done < length) {
       size_t want = static_cast<size_t>(std::min<uint64_t>(kChunk, length - done));
@@ -200,9 +199,7 @@ int run_read(const std::vector<std::string>& args) {
       done += got;
       if (got < want) break;
     }
-    clock_gettime(CLOCK_MONOTONIC, &end);
-    double seconds = static_cast<double>(end.tv_sec - start.tv_sec) +
-                     static_cast<double>(end.tv_nsec - start.tv_nsec) / 1e9;
+    double seconds = static_cast<double>(pod_init::monotonic_ns() - start) / 1e9;
     std::printf(
         "%s: %llu bytes at offset %llu, sha256 %s (%s, block %u, %s, %.1f MB/s)\n", path.c_str(),
         static_cast<unsigned long long>(done), static_cast<unsigned long long>(offset),
