@@ -116,7 +116,7 @@ def main() -> None:
             if step == args.steps:
                 break
     seconds = time.perf_counter() - start
-    stats = data._reader.stats() if data._reader is not None else {}
+    stats = data.reader_stats()
     summary = {
         "steps": step,
         "ranks": world,

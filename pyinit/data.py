@@ -168,6 +168,17 @@ class TokenShardDataset(IterableDataset):
         self.epoch = state["epoch"]
         self.position = state["position"]
 
+    def reader_stats(self) -> dict[str, Any]:
+        """This process's reader stats (reads, ios, page_cache_reads, the IO
+        latency); empty before its first batch."""
+        return self._reader.stats() if self._reader is not None else {}
+
+    def close(self) -> None:
+        """Closes this process's reader (the next batch opens it again)."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
     def __getstate__(self) -> dict[str, Any]:
         # Spawned workers open their own reader.
         return {**self.__dict__, "_reader": None, "_rows": None}

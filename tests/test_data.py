@@ -135,9 +135,9 @@ def test_warm_rows_come_from_the_page_cache_and_cold_ones_from_the_device(shards
     for path in data.paths:  # just written: resident
         Path(path).read_bytes()
     warm = data.batch(0)
-    stats = data._reader.stats()
+    stats = data.reader_stats()
     assert stats["page_cache_reads"] == 16 and stats["ios"] == 0
-    data._reader.close()  # pages mapped by a process stay in the cache
+    data.close()  # pages mapped by a process stay in the cache
     # Made before the eviction: reading the headers reads ahead into the tokens.
     cold = TokenShardDataset(shards, SEQ, 0, 1, batch_size=16)
     for path in data.paths:
@@ -147,7 +147,7 @@ def test_warm_rows_come_from_the_page_cache_and_cold_ones_from_the_device(shards
         os.close(fd)
     x, _ = cold.batch(0)
     assert torch.equal(x, warm[0])
-    stats = cold._reader.stats()
+    stats = cold.reader_stats()
     assert stats["page_cache_reads"] == 0 and stats["ios"] >= 16
 
 

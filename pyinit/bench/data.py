@@ -108,9 +108,9 @@ def loader_rounds(paths: list[str], args: argparse.Namespace, cold_ok: bool) -> 
                 stretch += 1
                 rate = batches_per_second(loader.batch, first, args.batches)
                 runs.setdefault(f"{state}/{name}", []).append(rate)
-                if dataset._reader is not None:
-                    stats[state] = dataset._reader.stats()
-                    dataset._reader.close()
+                if name == "pod-init":
+                    stats[state] = dataset.reader_stats()
+                dataset.close()
                 del loader, dataset
     table = {key: statistics.median(values) for key, values in runs.items()}
     for reader_stats in stats.values():
