@@ -96,6 +96,10 @@ def _cmd_nvml(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     import importlib
 
+    if args.kind in ("p2p", "h2d"):
+        from pyinit.bench import copies
+
+        return copies.main(args.options, args.kind)
     return importlib.import_module(f"pyinit.bench.{args.kind}").main(args.options)
 
 
@@ -229,7 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- SCRIPT [ARGS...]")
     run.set_defaults(handler=_cmd_run)
 
-    bench = sub.add_parser("bench", help="benchmarks: io (against fio), data (against memmap)")
+    bench = sub.add_parser(
+        "bench", help="benchmarks: io (fio), data (memmap), allreduce (nccl-tests), p2p, h2d"
+    )
     kinds = bench.add_subparsers(dest="kind", required=True, metavar="KIND")
     io = kinds.add_parser("io", help="4 KiB random and 1 MiB sequential reads, beside fio",
                           add_help=False)  # fmt: skip
@@ -237,6 +243,14 @@ def build_parser() -> argparse.ArgumentParser:
     loader = kinds.add_parser("data", help="TokenShardDataset against np.memmap, the sharder",
                               add_help=False)  # fmt: skip
     loader.set_defaults(handler=_cmd_bench, takes_options=True)
+    for kind, text in (
+        ("allreduce", "all-reduce size sweep in nccl-tests' columns (NCCL on GPUs, gloo on CPU)"),
+        ("p2p", "GPU-to-GPU copy bandwidth, one way and both ways, every pair"),
+        ("h2d", "pinned host memory to and from each GPU"),
+    ):
+        kinds.add_parser(kind, help=text, add_help=False).set_defaults(
+            handler=_cmd_bench, takes_options=True
+        )
     return parser
 
 
