@@ -296,7 +296,7 @@ def run(
         log.write("nccl", files=sorted(config.files), env=config.env)
     status_dir = folder / "status"
     status_dir.mkdir(parents=True, exist_ok=True)
-    for stale in status_dir.glob("rank-*.json"):
+    for stale in [*status_dir.glob("rank-*.json"), *status_dir.glob("attempt-*")]:
         stale.unlink()
     command = torchrun_command(nodes, nproc, master_port, max_restarts, status_dir, script, args)
     liveness = None
@@ -315,11 +315,13 @@ def run(
     log.write("spawn", command=command, pid=proc.pid,
               seconds_since_start=round(time.monotonic() - started, 4))  # fmt: skip
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
-    relay = threading.Thread(target=_relay, args=(proc.stderr, out, log), daemon=True)
+    relay = threading.Thread(target=_relay, args=(proc.stderr, out), daemon=True)
     relay.start()
     try:
         escalate_at = None
+        restarts = _RestartWatch(status_dir, log)
         while proc.poll() is None:
+            restarts.check()
             if forwarded and escalate_at is None:
                 escalate_at = time.monotonic() + ESCALATE_AFTER_S
             if escalate_at is not None and time.monotonic() > escalate_at:
@@ -331,6 +333,7 @@ def run(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     relay.join(timeout=5)
+    restarts.check()  # an attempt that began and ended between two looks
     survivors = _end_survivors()
     status = _exit_status(proc.returncode, forwarded, _worker_status(status_dir))
     fields: dict[str, Any] = {"status": status, "torchrun_returncode": proc.returncode,
@@ -375,10 +378,23 @@ def _nproc(value: str, gpus: int) -> int:
     return count
 
 
-def _relay(stream: IO[str], out: IO[str], log: EventLog) -> None:
-    """torchrun's stderr, passed on; its restarts become events."""
+class _RestartWatch:
+    """Logs a restart event for every new attempt mark pyinit.worker leaves."""
+
+    def __init__(self, status_dir: Path, log: EventLog):
+        self._status_dir = status_dir
+        self._log = log
+        self._attempts = 1
+
+    def check(self) -> None:
+        seen = len(list(self._status_dir.glob("attempt-*")))
+        for attempt in range(self._attempts, seen):
+            self._log.write("restart", attempt=attempt)
+        self._attempts = max(self._attempts, seen)
+
+
+def _relay(stream: IO[str], out: IO[str]) -> None:
+    """torchrun's stderr, passed on to ours."""
     for line in stream:
         out.write(line)
         out.flush()
-        if "restart" in line.lower() and "worker group" in line.lower():
-            log.write("restart", line=line.strip())

@@ -1,6 +1,7 @@
 """What torchrun starts for `pyinit run`: the user's script, run as
 ``__main__``, with its exit status written down, because torchrun reports a
-failed worker as its own exit status 1 and the script's own code is lost.
+failed worker as its own exit status 1 and the script's own code is lost;
+and a mark per attempt, so restarts show without parsing torchrun's log.
 
     python -m pyinit.worker STATUS_DIR SCRIPT [ARGS...]
 """
@@ -23,6 +24,9 @@ def _record(status_dir: Path, code: int) -> None:
 
 def main() -> None:
     status_dir, script, *args = sys.argv[1:]
+    # torchrun counts its restarts of the worker group; pyinit run watches for new attempts.
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    (Path(status_dir) / f"attempt-{attempt}").touch()
     sys.argv = [script, *args]
     sys.path.insert(0, str(Path(script).resolve().parent))
     try:

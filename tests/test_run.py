@@ -79,6 +79,20 @@ def test_a_script_that_exits_3_gives_3(pyinit_bin, tmp_path):
     assert end["event"] == "end" and end["status"] == 3 and end["torchrun_returncode"] == 1
 
 
+def test_restarts_are_events(pyinit_bin, tmp_path):
+    script = tmp_path / "flaky.py"
+    # Fails on torchrun's first attempt, passes on its restart.
+    script.write_text(
+        "import os, sys\nsys.exit(0 if int(os.environ['TORCHELASTIC_RESTART_COUNT']) else 5)\n"
+    )
+    result = pyinit_run(pyinit_bin, "--nproc-per-node", "1", "--max-restarts", "1",
+                        "--run-dir", tmp_path, "--", script)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    log = events(tmp_path)
+    assert [e["attempt"] for e in log if e["event"] == "restart"] == [1]
+    assert log[-1]["status"] == 0
+
+
 def test_sigterm_ends_the_workers_and_gives_143(pyinit_bin, tmp_path):
     script = tmp_path / "forever.py"
     pid_file = tmp_path / "worker.pid"
