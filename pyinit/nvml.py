@@ -10,6 +10,7 @@ carry on from sysfs alone.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -19,6 +20,9 @@ from typing import Any, Protocol
 # a remap waiting for a GPU reset, a remap that failed).
 HEALTH_KEYS = ("ecc_enabled", "ecc_uncorrected_volatile", "remapped_uncorrectable",
                "remap_pending", "remap_failed")  # fmt: skip
+
+COUNTER_KEYS = ("uuid", "utilization_percent", "memory_used_bytes", "pcie_tx_bytes_per_s",
+                "pcie_rx_bytes_per_s", "temperature_celsius")  # fmt: skip
 
 # nvmlDeviceGetP2PStatus capability indices, in NVML's order.
 P2P_CAPABILITIES = ("read", "write", "nvlink", "atomics", "pci")
@@ -81,6 +85,15 @@ class NvmlBackend(Protocol):
     def common_ancestor(self, a: Any, b: Any) -> int: ...
     def health(self, handle: Any) -> dict[str, Any]:
         """HEALTH_KEYS; a value is None where the GPU does not support the query."""
+        ...
+
+    def counters(self, handle: Any) -> dict[str, Any]:
+        """COUNTER_KEYS now: what the monitor samples."""
+        ...
+
+    def watch_xid(self, handles: list[Any]) -> None: ...
+    def xid_events(self) -> list[tuple[int, int]]:
+        """(GPU index, XID) for each event since the last call; never blocks."""
         ...
 
 
@@ -188,6 +201,39 @@ class PynvmlBackend:
             pass  # no row remapping before Ampere
         return out
 
+    def counters(self, handle: Any) -> dict[str, Any]:
+        n = self._nvml
+        # PCIe throughput comes in KB/s, measured over NVML's last 20 ms window.
+        pcie = n.nvmlDeviceGetPcieThroughput
+        return {
+            "uuid": _text(n.nvmlDeviceGetUUID(handle)),
+            "utilization_percent": float(n.nvmlDeviceGetUtilizationRates(handle).gpu),
+            "memory_used_bytes": int(n.nvmlDeviceGetMemoryInfo(handle).used),
+            "pcie_tx_bytes_per_s": 1024.0 * pcie(handle, n.NVML_PCIE_UTIL_TX_BYTES),
+            "pcie_rx_bytes_per_s": 1024.0 * pcie(handle, n.NVML_PCIE_UTIL_RX_BYTES),
+            "temperature_celsius": float(
+                n.nvmlDeviceGetTemperature(handle, n.NVML_TEMPERATURE_GPU)
+            ),
+        }
+
+    def watch_xid(self, handles: list[Any]) -> None:
+        n = self._nvml
+        self._events = n.nvmlEventSetCreate()
+        for handle in handles:
+            # Unsupported in some VMs and on some parts: then no XIDs from that GPU.
+            with contextlib.suppress(n.NVMLError):
+                n.nvmlDeviceRegisterEvents(handle, n.nvmlEventTypeXidCriticalError, self._events)
+
+    def xid_events(self) -> list[tuple[int, int]]:
+        n = self._nvml
+        found = []
+        while True:
+            try:
+                data = n.nvmlEventSetWait_v2(self._events, 0)
+            except n.NVMLError:
+                return found  # a timeout: nothing (more) pending
+            found.append((int(n.nvmlDeviceGetIndex(data.device)), int(data.eventData)))
+
 
 class FakeNvml:
     """Recorded NVML answers, for machines without a driver.
@@ -195,13 +241,17 @@ class FakeNvml:
     ``spec``: ``driver`` and ``gpus``, a list of dicts with ``bus_id``,
     ``name``, ``sm`` (``[9, 0]``), ``memory_total``, ``bar1_total``, ``pcie``
     (four ints), ``nvlinks`` (``[link, remote bus id, remote type]`` lists),
-    optionally ``health`` (HEALTH_KEYS; missing keys read as unsupported);
+    optionally ``health`` (HEALTH_KEYS; missing keys read as unsupported) and
+    ``samples`` (COUNTER_KEYS dicts the monitor reads in turn); ``xids`` lists
+    ``[gpu, xid]`` events;
     ``p2p`` maps ``"i,j"`` to five statuses and ``ancestors`` maps ``"i,j"`` to
     a level (both default to OK and PHB).
     """
 
     def __init__(self, spec: Mapping[str, Any]) -> None:
         self._spec = spec
+        self._taken: dict[Any, int] = {}
+        self._xids: list[tuple[int, int]] = []
 
     @staticmethod
     def record(backend: NvmlBackend) -> dict[str, Any]:
@@ -285,6 +335,25 @@ class FakeNvml:
     def health(self, handle: Any) -> dict[str, Any]:
         recorded = self._spec["gpus"][handle].get("health", {})
         return {key: recorded.get(key) for key in HEALTH_KEYS}
+
+    def counters(self, handle: Any) -> dict[str, Any]:
+        """The next of the GPU's recorded ``samples`` (the last one repeats)."""
+        gpu = self._spec["gpus"][handle]
+        samples = gpu.get("samples") or [{}]
+        taken = self._taken.get(handle, 0)
+        self._taken[handle] = taken + 1
+        recorded = samples[min(taken, len(samples) - 1)]
+        defaults = {"uuid": f"GPU-fake-{handle}", "utilization_percent": 0.0,
+                    "memory_used_bytes": 0, "pcie_tx_bytes_per_s": 0.0,
+                    "pcie_rx_bytes_per_s": 0.0, "temperature_celsius": 30.0}  # fmt: skip
+        return {key: recorded.get(key, defaults[key]) for key in COUNTER_KEYS}
+
+    def watch_xid(self, handles: list[Any]) -> None:
+        self._xids = [tuple(x) for x in self._spec.get("xids", [])]
+
+    def xid_events(self) -> list[tuple[int, int]]:
+        found, self._xids = self._xids, []
+        return found
 
 
 @dataclass(frozen=True)
