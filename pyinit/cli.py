@@ -158,8 +158,25 @@ def _cmd_run(args: argparse.Namespace) -> int:
         preflight_mode=args.preflight,
         expect_gpus=args.expect_gpus,
         run_dir=args.run_dir,
+        monitor_interval=args.monitor_interval,
         nvml_backend=nvml_backend,
     )
+
+
+def _cmd_monitor(args: argparse.Namespace) -> int:
+    from pyinit import monitor
+
+    return monitor.main(args, nvml_backend)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0.1 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be from 0.1 to 3600: {value}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -230,8 +247,34 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--preflight", choices=("warn", "strict", "off"), default="warn")
     run.add_argument("--expect-gpus", type=_non_negative, metavar="N")
     run.add_argument("--run-dir", metavar="DIR", help="events.jsonl, NCCL files (pyinit-run/nodeR)")
+    run.add_argument(
+        "--monitor-interval", type=float, default=5.0, metavar="S",
+        help="sample into RUN_DIR/monitor.jsonl every S seconds (0: off)",
+    )  # fmt: skip
     run.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- SCRIPT [ARGS...]")
     run.set_defaults(handler=_cmd_run)
+
+    mon = sub.add_parser("monitor", help="GPU utilization, PCIe bandwidth, NVMe latency; alerts")
+    mon.add_argument("--interval", type=_seconds, default=5.0, metavar="S")
+    mon.add_argument("--once", action="store_true", help="one sample as JSON, then exit")
+    mon.add_argument("--json", action="store_true", help="JSON Lines on stdout")
+    mon.add_argument("--out", metavar="FILE", help="append JSON Lines to FILE")
+    mon.add_argument(
+        "--prometheus", metavar="HOST:PORT", help="serve /metrics (e.g. 127.0.0.1:9400)"
+    )
+    mon.add_argument(
+        "--textfile", metavar="PATH", help="node_exporter textfile, replaced atomically"
+    )
+    mon.add_argument(
+        "--webhook", metavar="URL", help="Alertmanager-style alerts, firing and resolved"
+    )
+    mon.add_argument("--webhook-header", action="append", metavar="'NAME: VALUE'")
+    mon.add_argument(
+        "--thresholds", metavar="FILE", help="JSON: gpu_util_low, nvme_read_latency_us..."
+    )
+    mon.add_argument("--count", type=_non_negative, default=0, help=argparse.SUPPRESS)
+    mon.add_argument("--sys-block", default="/sys/block", help=argparse.SUPPRESS)
+    mon.set_defaults(handler=_cmd_monitor)
 
     bench = sub.add_parser(
         "bench", help="benchmarks: io (fio), data (memmap), allreduce (nccl-tests), p2p, h2d"

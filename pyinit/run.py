@@ -257,6 +257,7 @@ def run(
     preflight_mode: str = "warn",
     expect_gpus: int | None = None,
     run_dir: str | None = None,
+    monitor_interval: float = 5.0,
     nvml_backend: Any = None,
     out: IO[str] = sys.stderr,
 ) -> int:
@@ -311,6 +312,14 @@ def run(
         forwarded.append(sig)
         os.kill(proc.pid, sig)
 
+    monitor = None
+    if monitor_interval > 0:
+        # The golden metrics beside the run, in the run's folder.
+        monitor = subprocess.Popen(
+            [sys.executable, "-P", "-m", "pyinit.cli", "monitor", "--interval",
+             str(monitor_interval), "--out", str(folder / "monitor.jsonl")],
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
     proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, errors="replace")
     log.write("spawn", command=command, pid=proc.pid,
               seconds_since_start=round(time.monotonic() - started, 4))  # fmt: skip
@@ -334,6 +343,9 @@ def run(
             signal.signal(sig, handler)
     relay.join(timeout=5)
     restarts.check()  # an attempt that began and ended between two looks
+    if monitor is not None:
+        monitor.terminate()
+        monitor.wait()
     survivors = _end_survivors()
     status = _exit_status(proc.returncode, forwarded, _worker_status(status_dir))
     fields: dict[str, Any] = {"status": status, "torchrun_returncode": proc.returncode,

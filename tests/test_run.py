@@ -54,8 +54,9 @@ def events(run_dir: Path) -> list[dict]:
 
 
 def test_the_example_trains_on_cpu_and_the_loss_falls(pyinit_bin, shards, tmp_path):
-    result = pyinit_run(pyinit_bin, "--nproc-per-node", "2", "--run-dir", tmp_path, "--",
-                        EXAMPLE, "--data", shards, "--steps", "40", *TINY)  # fmt: skip
+    result = pyinit_run(pyinit_bin, "--nproc-per-node", "2", "--run-dir", tmp_path,
+                        "--monitor-interval", "1", "--", EXAMPLE, "--data", shards,
+                        "--steps", "40", *TINY)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "all-reduce: sum 3 over 2 ranks, expected 3" in result.stdout
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -67,6 +68,8 @@ def test_the_example_trains_on_cpu_and_the_loss_falls(pyinit_bin, shards, tmp_pa
     assert kinds[-1] == "end"
     spawn = next(e for e in events(tmp_path) if e["event"] == "spawn")
     assert spawn["command"][1:3] == ["-m", "torch.distributed.run"]
+    samples = (tmp_path / "monitor.jsonl").read_text().splitlines()
+    assert samples and "block" in json.loads(samples[-1])  # the monitor ran beside
     assert "--nproc-per-node" in spawn["command"] and "--no-python" in spawn["command"]
 
 

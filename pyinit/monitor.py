@@ -1,0 +1,392 @@
+"""The golden-metrics monitor: GPU utilization, PCIe bandwidth and NVMe read
+latency sampled during training, with thresholds that alert.
+
+    pyinit monitor --interval 5 --prometheus 127.0.0.1:9400 --webhook URL
+    pyinit monitor --once --json
+
+Each sample: per GPU (NVML) utilization, memory used, PCIe TX/RX bytes/s,
+temperature and new XID events; per block device read IOPS and mean read
+latency from /sys/block/*/stat deltas. Alerts fire when a condition has held
+for its whole window (a single sample never alerts) and resolve when it has
+been clear as long. Outputs: JSON Lines, a Prometheus endpoint, a
+node_exporter textfile, Alertmanager-style webhooks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, fields
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, Any
+
+from pyinit._native import InputError
+
+SECTOR_BYTES = 512
+
+
+@dataclass
+class Thresholds:
+    """Field practice: a training GPU should sit between 75 and 95 % busy;
+    NVMe reads above 100 µs mean the data path queues. 0 turns a check off."""
+
+    gpu_util_low: float = 75.0
+    gpu_util_high: float = 95.0
+    gpu_util_for_s: float = 60.0
+    pcie_floor_gbs: float = 0.0  # TX + RX per GPU while it is busy (> 5 %)
+    pcie_for_s: float = 60.0
+    nvme_read_latency_us: float = 100.0
+    nvme_for_s: float = 30.0
+
+    @classmethod
+    def from_file(cls, path: str) -> Thresholds:
+        try:
+            values = json.loads(Path(path).read_text())
+        except OSError as e:
+            raise InputError(f"{path}: {e.strerror}") from None
+        except json.JSONDecodeError as e:
+            raise InputError(f"{path}:{e.lineno}: malformed JSON: {e.msg}") from None
+        known = {f.name for f in fields(cls)}
+        if not isinstance(values, dict):
+            raise InputError(f"{path}: expected a JSON object of thresholds")
+        for key, value in values.items():
+            if key not in known:
+                raise InputError(
+                    f"{path}: unknown threshold {key!r} (known: {', '.join(sorted(known))})"
+                )
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise InputError(f"{path}: {key} must be a number >= 0, not {value!r}")
+        return cls(**{k: float(v) for k, v in values.items()})
+
+
+class BlockStats:
+    """Read IOPS and mean read latency per block device from successive
+    /sys/block/*/stat readings (fields: reads, merged, sectors, ms reading)."""
+
+    def __init__(self, sys_block: str = "/sys/block"):
+        self._root = Path(sys_block)
+        self._last: dict[str, tuple[float, int, int, int]] = {}
+
+    def read(self) -> list[dict[str, Any]]:
+        now = time.monotonic()
+        out = []
+        for stat in sorted(self._root.glob("*/stat")):
+            name = stat.parent.name
+            if name.startswith(("loop", "ram", "zram")):
+                continue
+            try:
+                values = [int(v) for v in stat.read_text().split()]
+            except (OSError, ValueError):
+                continue
+            reads, sectors, ms = values[0], values[2], values[3]
+            last = self._last.get(name)
+            self._last[name] = (now, reads, sectors, ms)
+            if last is None:
+                continue
+            seconds = now - last[0]
+            done = reads - last[1]
+            per_second = 1 / seconds if seconds > 0 else 0.0
+            out.append({
+                "device": name,
+                "read_iops": done * per_second,
+                "read_bytes_per_s": (sectors - last[2]) * SECTOR_BYTES * per_second,
+                "read_latency_us": (ms - last[3]) * 1e3 / done if done > 0 else None,
+            })  # fmt: skip
+        return out
+
+
+class GpuStats:
+    """NVML's per-GPU counters, through the NvmlBackend interface (the real
+    driver or a FakeNvml replay)."""
+
+    def __init__(self, backend: Any = None):
+        from pyinit.nvml import NvmlUnavailable, PynvmlBackend
+
+        self.unavailable: str | None = None
+        self._backend = backend if backend is not None else PynvmlBackend()
+        try:
+            self._backend.open()
+            self._handles = [self._backend.handle(i) for i in range(self._backend.device_count())]
+            self._backend.watch_xid(self._handles)
+        except NvmlUnavailable as e:
+            self.unavailable = str(e)
+            self._handles = []
+
+    def read(self) -> list[dict[str, Any]]:
+        from pyinit.nvml import normalize_bus_id
+
+        out = []
+        xids = self._backend.xid_events() if self._handles else []
+        for index, handle in enumerate(self._handles):
+            counters = self._backend.counters(handle)
+            bdf = normalize_bus_id(self._backend.bus_id(handle))
+            out.append({"gpu": index, "pci_bus_id": bdf, **counters,
+                        "xid": [x for i, x in xids if i == index]})  # fmt: skip
+        return out
+
+
+@dataclass
+class Alert:
+    name: str
+    labels: dict[str, str]
+    summary: str
+    since: float | None = None  # when the state began to differ from `firing`
+    firing: bool = False
+    started: float = 0.0
+
+
+class AlertEngine:
+    """Each condition must hold for its window to fire and be clear as long
+    to resolve: hysteresis by time, so one odd sample neither fires nor
+    resolves. `update` returns the transitions (at most one per alert)."""
+
+    def __init__(self, thresholds: Thresholds, instance: str):
+        self.thresholds = thresholds
+        self.instance = instance
+        self._alerts: dict[tuple[str, str], Alert] = {}
+
+    def _conditions(
+        self, sample: dict[str, Any]
+    ) -> list[tuple[str, dict[str, str], bool, float, str]]:
+        t = self.thresholds
+        found = []
+        for gpu in sample.get("gpus", []):
+            labels = {
+                "gpu": str(gpu["gpu"]),
+                "UUID": gpu.get("uuid", ""),
+                "pci_bus_id": gpu["pci_bus_id"],
+            }
+            util = gpu["utilization_percent"]
+            if t.gpu_util_low or t.gpu_util_high:
+                outside = util < t.gpu_util_low or util > t.gpu_util_high
+                found.append(("GpuUtilizationOutsideBand", labels, outside, t.gpu_util_for_s,
+                              f"GPU {gpu['gpu']} at {util:.0f} %, outside {t.gpu_util_low:.0f}-"
+                              f"{t.gpu_util_high:.0f} %"))  # fmt: skip
+            if t.pcie_floor_gbs:
+                gbs = (gpu["pcie_tx_bytes_per_s"] + gpu["pcie_rx_bytes_per_s"]) / 1e9
+                low = util > 5 and gbs < t.pcie_floor_gbs
+                found.append(("GpuPcieBandwidthLow", labels, low, t.pcie_for_s,
+                              f"GPU {gpu['gpu']} PCIe {gbs:.2f} GB/s below {t.pcie_floor_gbs} "
+                              "while busy"))  # fmt: skip
+        for block in sample.get("block", []):
+            latency = block["read_latency_us"]
+            if t.nvme_read_latency_us and latency is not None:
+                found.append(("BlockReadLatencyHigh", {"device": block["device"]},
+                              latency > t.nvme_read_latency_us, t.nvme_for_s,
+                              f"{block['device']} reads take {latency:.0f} µs, above "
+                              f"{t.nvme_read_latency_us:.0f}"))  # fmt: skip
+        return found
+
+    def firing(self) -> list[Alert]:
+        return [alert for alert in self._alerts.values() if alert.firing]
+
+    def update(self, sample: dict[str, Any], now: float) -> list[tuple[str, Alert]]:
+        changes = []
+        for name, labels, bad, window, summary in self._conditions(sample):
+            key = (name, json.dumps(labels, sort_keys=True))
+            alert = self._alerts.setdefault(key, Alert(name, labels, summary))
+            if bad != alert.firing:
+                if alert.since is None:
+                    alert.since = now
+                if now - alert.since >= window:
+                    alert.firing = bad
+                    alert.since = None
+                    if bad:
+                        alert.started = now
+                        alert.summary = summary
+                    changes.append(("firing" if bad else "resolved", alert))
+            else:
+                alert.since = None
+        return changes
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def alertmanager_payload(status: str, alert: Alert, instance: str, now: float) -> dict[str, Any]:
+    """One alert in the JSON Alertmanager sends to its webhook receivers."""
+    labels = {"alertname": alert.name, "instance": instance, "severity": "warning", **alert.labels}
+    entry = {
+        "status": status,
+        "labels": labels,
+        "annotations": {"summary": alert.summary},
+        "startsAt": _iso(alert.started),
+        "endsAt": _iso(now) if status == "resolved" else "0001-01-01T00:00:00Z",
+    }
+    return {"version": "4", "status": status, "receiver": "pod-init", "groupLabels": {},
+            "commonLabels": labels, "commonAnnotations": entry["annotations"],
+            "externalURL": "", "alerts": [entry]}  # fmt: skip
+
+
+def redact_url(url: str) -> str:
+    """The URL without credentials: no user:password, every query value hidden."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    query = "&".join(f"{k}=REDACTED" for k, _ in urllib.parse.parse_qsl(parts.query))
+    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, query, ""))
+
+
+class Webhook:
+    def __init__(self, url: str, headers: dict[str, str], log: IO[str]):
+        self.url = url
+        self.headers = headers
+        self.log = log
+
+    def send(self, payload: dict[str, Any]) -> None:
+        request = urllib.request.Request(
+            self.url, data=json.dumps(payload).encode(), method="POST",
+            headers={"Content-Type": "application/json", **self.headers},
+        )  # fmt: skip
+        where = redact_url(self.url)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                response.read()
+            name = payload["alerts"][0]["labels"]["alertname"]
+            self.log.write(f"pyinit monitor: alert {payload['status']} {name} sent to {where}\n")
+        except OSError as e:
+            reason = getattr(e, "reason", None) or getattr(e, "code", None) or e.__class__.__name__
+            self.log.write(f"pyinit monitor: webhook {where} failed: {reason}\n")
+
+
+GPU_METRICS = (
+    ("utilization_percent", "podinit_gpu_utilization_ratio", "GPU busy share, last period", 0.01),
+    ("memory_used_bytes", "podinit_gpu_memory_used_bytes", "GPU memory in use", 1),
+    ("pcie_tx_bytes_per_s", "podinit_gpu_pcie_tx_bytes_per_second", "PCIe transmit throughput", 1),
+    ("pcie_rx_bytes_per_s", "podinit_gpu_pcie_rx_bytes_per_second", "PCIe receive throughput", 1),
+    ("temperature_celsius", "podinit_gpu_temperature_celsius", "GPU temperature", 1),
+)  # fmt: skip
+BLOCK_METRICS = (
+    ("read_iops", "podinit_block_read_iops", "completed reads per second", 1),
+    ("read_bytes_per_s", "podinit_block_read_bytes_per_second", "bytes read per second", 1),
+    ("read_latency_us", "podinit_block_read_latency_seconds", "mean time per completed read", 1e-6),
+)  # fmt: skip
+
+
+class Metrics:
+    """The samples as Prometheus gauges, labelled as dcgm-exporter labels GPUs."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge
+
+        self.registry = CollectorRegistry()
+        gpu_labels = ("gpu", "UUID", "pci_bus_id", "Hostname")
+        self._gpu = {key: Gauge(name, text, gpu_labels, registry=self.registry)
+                     for key, name, text, _ in GPU_METRICS}  # fmt: skip
+        self._block = {key: Gauge(name, text, ("device", "Hostname"), registry=self.registry)
+                       for key, name, text, _ in BLOCK_METRICS}  # fmt: skip
+        self._xid = Counter("podinit_gpu_xid_errors", "XID events seen", (*gpu_labels, "xid"),
+                            registry=self.registry)  # fmt: skip
+        self._firing = Gauge("podinit_alert_firing", "1 while the alert fires",
+                             ("alertname", "labels"), registry=self.registry)  # fmt: skip
+        self._host = os.uname().nodename
+        self._lock = threading.Lock()
+
+    def update(self, sample: dict[str, Any], firing: list[Alert]) -> None:
+        with self._lock:
+            for gpu in sample.get("gpus", []):
+                labels = (str(gpu["gpu"]), gpu.get("uuid", ""), gpu["pci_bus_id"], self._host)
+                for key, _, _, scale in GPU_METRICS:
+                    if gpu.get(key) is not None:
+                        self._gpu[key].labels(*labels).set(gpu[key] * scale)
+                for xid in gpu.get("xid", []):
+                    self._xid.labels(*labels, str(xid)).inc()
+            for block in sample.get("block", []):
+                for key, _, _, scale in BLOCK_METRICS:
+                    if block.get(key) is not None:
+                        self._block[key].labels(block["device"], self._host).set(block[key] * scale)
+            self._firing.clear()
+            for alert in firing:
+                self._firing.labels(alert.name, json.dumps(alert.labels, sort_keys=True)).set(1)
+
+    def write_textfile(self, path: str) -> None:
+        from prometheus_client import write_to_textfile
+
+        with self._lock:
+            write_to_textfile(path, self.registry)  # a temporary file, then a rename
+
+    def serve(self, address: str) -> Any:
+        from prometheus_client import start_http_server
+
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise InputError(f"--prometheus {address!r}: expected HOST:PORT")
+        server, _thread = start_http_server(int(port), addr=host, registry=self.registry)
+        return server
+
+
+class Monitor:
+    def __init__(self, nvml_backend: Any = None, sys_block: str = "/sys/block",
+                 thresholds: Thresholds | None = None):  # fmt: skip
+        self.gpus = GpuStats(nvml_backend)
+        self.block = BlockStats(sys_block)
+        self.block.read()  # the first reading only sets the baseline for the deltas
+        self.alerts = AlertEngine(thresholds or Thresholds(), os.uname().nodename)
+
+    def sample(self) -> dict[str, Any]:
+        return {"time": time.time(), "gpus": self.gpus.read(), "block": self.block.read(),
+                "gpu_unavailable": self.gpus.unavailable}  # fmt: skip
+
+
+def _headers(values: list[str]) -> dict[str, str]:
+    headers = {}
+    for value in values:
+        name, colon, text = value.partition(":")
+        if not colon or not name.strip():
+            raise InputError(f"--webhook-header {name!r}...: expected 'Name: value'")
+        headers[name.strip()] = text.strip()
+    return headers
+
+
+def main(args: Any, nvml_backend: Any = None, out: IO[str] = sys.stdout) -> int:
+    thresholds = Thresholds.from_file(args.thresholds) if args.thresholds else Thresholds()
+    headers = _headers(args.webhook_header or [])
+    if args.webhook and not re.match(r"https?://", args.webhook):
+        raise InputError(f"--webhook {redact_url(args.webhook)}: expected an http(s) URL")
+    monitor = Monitor(nvml_backend, args.sys_block, thresholds)
+    if monitor.gpus.unavailable:
+        print(f"pyinit monitor: GPU metrics unavailable ({monitor.gpus.unavailable}); "
+              "block devices only", file=sys.stderr)  # fmt: skip
+    metrics = Metrics() if (args.prometheus or args.textfile) else None
+    server = metrics.serve(args.prometheus) if metrics and args.prometheus else None
+    webhook = Webhook(args.webhook, headers, sys.stderr) if args.webhook else None
+    sink = open(args.out, "a", encoding="utf-8") if args.out else out  # noqa: SIM115
+    taken = 0
+    try:
+        time.sleep(0.5 if args.once else args.interval)  # a period for the first deltas
+        while True:
+            sample = monitor.sample()
+            now = time.monotonic()
+            changes = monitor.alerts.update(sample, now)
+            firing = monitor.alerts.firing()
+            sample["alerts_firing"] = [{"alertname": a.name, **a.labels} for a in firing]
+            if args.json or args.out or args.once:
+                sink.write(json.dumps(sample) + "\n")
+                sink.flush()
+            if metrics:
+                metrics.update(sample, firing)
+                if args.textfile:
+                    metrics.write_textfile(args.textfile)
+            for status, alert in changes:
+                if webhook:
+                    webhook.send(alertmanager_payload(status, alert, monitor.alerts.instance,
+                                                      time.time()))  # fmt: skip
+            taken += 1
+            if args.once or (args.count and taken >= args.count):
+                return 0
+            time.sleep(args.interval)
+    finally:
+        if sink is not out:
+            sink.close()
+        if server is not None:
+            server.shutdown()
+            server.server_close()

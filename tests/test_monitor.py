@@ -1,0 +1,143 @@
+"""pyinit monitor: thresholds and alerts driven by a fake NVML on CPU, webhooks
+received by a local HTTP server, the Prometheus endpoint and the textfile
+parsed with prometheus-client's parser, and the real block devices."""
+
+from __future__ import annotations
+
+import copy
+import http.server
+import json
+import socket
+import subprocess
+import threading
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from pyinit import cli
+from pyinit.monitor import AlertEngine, Metrics, Monitor, Thresholds, redact_url
+from pyinit.nvml import FakeNvml
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORDED = json.loads((ROOT / "tests" / "data" / "h200x2-nvml.json").read_text())
+
+
+def fake_nvml(utilizations: list[float]) -> FakeNvml:
+    spec = copy.deepcopy(RECORDED)
+    for gpu in spec["gpus"]:
+        uuid = f"GPU-{gpu['bus_id'][-7:-5]}"
+        gpu["samples"] = [
+            {"utilization_percent": u, "pcie_tx_bytes_per_s": 2e9, "uuid": uuid}
+            for u in utilizations
+        ]
+    spec["xids"] = [[1, 79]]
+    return FakeNvml(spec)
+
+
+def test_alerts_need_the_whole_window_to_fire_and_to_resolve():
+    engine = AlertEngine(Thresholds(gpu_util_for_s=60, nvme_read_latency_us=0), "node")
+    sample = lambda util: {"gpus": [{"gpu": 0, "pci_bus_id": "0000:00:06.0",  # noqa: E731
+                                     "utilization_percent": util}]}  # fmt: skip
+    timeline = [(0, 50), (10, 90), (20, 50), (30, 50), (50, 50), (79, 50), (80, 50), (90, 40),
+                (100, 85), (120, 20), (130, 85), (189, 85), (190, 85), (200, 85)]  # fmt: skip
+    changes = []
+    for t, util in timeline:
+        changes += [(t, status) for status, _ in engine.update(sample(util), t)]
+    # Bad from 20 on: fires at 80; clear from 130 on (the dip at 120 restarts the clock).
+    assert changes == [(80, "firing"), (190, "resolved")]
+
+
+RECEIVED: list[tuple[dict, dict]] = []  # (payload, headers) of every webhook call
+
+
+class Receiver(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        RECEIVED.append((json.loads(body), dict(self.headers)))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_webhook_fires_once_and_resolves_without_leaking_the_token(tmp_path, monkeypatch, capsys):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    RECEIVED.clear()
+    thresholds = tmp_path / "thresholds.json"
+    thresholds.write_text(json.dumps({"gpu_util_for_s": 0.25, "nvme_read_latency_us": 0}))
+    url = f"http://127.0.0.1:{server.server_port}/hook?token=SECRET1"
+    monkeypatch.setattr(cli, "nvml_backend", fake_nvml([50] * 8 + [85] * 8))
+    status = cli.main([
+        "monitor", "--interval", "0.1", "--count", "16", "--thresholds", str(thresholds),
+        "--webhook", url, "--webhook-header", "Authorization: Bearer SECRET2",
+        "--out", str(tmp_path / "m.jsonl"),
+    ])  # fmt: skip
+    server.shutdown()
+    server.server_close()
+    assert status == 0
+    err = capsys.readouterr().err
+    assert "SECRET" not in err and "token=REDACTED" in err
+    statuses = [(p["status"], p["alerts"][0]["labels"]["gpu"]) for p, _ in RECEIVED]
+    assert sorted(statuses) == [("firing", "0"), ("firing", "1"), ("resolved", "0"),
+                                ("resolved", "1")]  # fmt: skip
+    payload, headers = RECEIVED[0]
+    alert = payload["alerts"][0]
+    assert alert["labels"]["alertname"] == "GpuUtilizationOutsideBand"
+    bus_ids = {"0": "0000:00:06.0", "1": "0000:00:07.0"}
+    assert alert["labels"]["pci_bus_id"] == bus_ids[alert["labels"]["gpu"]]
+    assert payload["version"] == "4" and headers["Authorization"] == "Bearer SECRET2"
+    samples = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert len(samples) == 16 and samples[0]["gpus"][1]["xid"] == [79]
+    assert redact_url("https://user:pw@h.example:8443/a?token=x&k=y") == (
+        "https://h.example:8443/a?token=REDACTED&k=REDACTED"
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_prometheus_endpoint_and_textfile_parse(tmp_path):
+    monitor = Monitor(fake_nvml([42]), thresholds=Thresholds())
+    metrics = Metrics()
+    metrics.update(monitor.sample(), [])
+    server = metrics.serve(f"127.0.0.1:{free_port()}")
+    try:
+        port = server.server_address[1]
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    utilization = families["podinit_gpu_utilization_ratio"].samples
+    assert {s.labels["pci_bus_id"] for s in utilization} == {"0000:00:06.0", "0000:00:07.0"}
+    assert all(s.value == pytest.approx(0.42) and s.labels["UUID"].startswith("GPU-")
+               and s.labels["gpu"] in ("0", "1") for s in utilization)  # fmt: skip
+    assert "podinit_gpu_pcie_tx_bytes_per_second" in families
+    metrics.write_textfile(str(tmp_path / "podinit.prom"))
+    parsed = {
+        f.name for f in text_string_to_metric_families((tmp_path / "podinit.prom").read_text())
+    }
+    assert "podinit_gpu_utilization_ratio" in parsed and "podinit_gpu_xid_errors" in parsed
+
+
+def test_once_json_without_nvml_reports_block_devices(pyinit_bin, tmp_path):
+    result = subprocess.run([pyinit_bin, "monitor", "--once", "--json"], capture_output=True,
+                            text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    sample = json.loads(result.stdout)
+    devices = {b["device"] for b in sample["block"]}
+    assert devices and devices <= {p.name for p in Path("/sys/block").iterdir()}
+    if sample["gpus"] == []:
+        assert sample["gpu_unavailable"] and "block devices only" in result.stderr
+    bad = tmp_path / "t.json"
+    bad.write_text('{"gpu_util_lo": 70}')
+    refused = subprocess.run([pyinit_bin, "monitor", "--once", "--thresholds", bad],
+                             capture_output=True, text=True)  # fmt: skip
+    assert refused.returncode == 2 and f"{bad}: unknown threshold 'gpu_util_lo'" in refused.stderr
