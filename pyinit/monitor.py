@@ -317,9 +317,11 @@ class Metrics:
     def serve(self, address: str) -> Any:
         from prometheus_client import start_http_server
 
+        # A bare port listens on loopback only: metrics leave the node when asked to.
         host, _, port = address.rpartition(":")
-        if not host or not port.isdigit():
-            raise InputError(f"--prometheus {address!r}: expected HOST:PORT")
+        host = host or "127.0.0.1"
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise InputError(f"--prometheus {address!r}: expected [HOST:]PORT")
         server, _thread = start_http_server(int(port), addr=host, registry=self.registry)
         return server
 

@@ -107,7 +107,10 @@ def test_prometheus_endpoint_and_textfile_parse(tmp_path):
     monitor = Monitor(fake_nvml([42]), thresholds=Thresholds())
     metrics = Metrics()
     metrics.update(monitor.sample(), [])
-    server = metrics.serve(f"127.0.0.1:{free_port()}")
+    with pytest.raises(ValueError, match="expected \\[HOST:\\]PORT"):
+        metrics.serve("localhost:http")
+    server = metrics.serve(str(free_port()))  # a bare port: loopback only
+    assert server.server_address[0] == "127.0.0.1"
     try:
         port = server.server_address[1]
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
