@@ -34,7 +34,9 @@ for name in ("idle", "allreduce", "h2d", "after"):
     for g in range(len(rows[0]["gpus"]) if rows else 0):
         util = max(s["gpus"][g]["utilization_percent"] for s in rows)
         pcie = max((s["gpus"][g]["pcie_tx_bytes_per_s"] + s["gpus"][g]["pcie_rx_bytes_per_s"]) / 1e9 for s in rows)
-        print(f"{name:9} GPU{g}: {len(rows)} samples, max util {util:.0f} %, max PCIe {pcie:.1f} GB/s")
+        nvlink = max(((s["gpus"][g]["nvlink_tx_bytes_per_s"] or 0) + (s["gpus"][g]["nvlink_rx_bytes_per_s"] or 0)) / 1e9 for s in rows)
+        print(f"{name:9} GPU{g}: {len(rows)} samples, max util {util:.0f} %, max PCIe {pcie:.1f} GB/s, "
+              f"max NVLink {nvlink:.1f} GB/s")
 PY
 timeout 120 python3 -m pytest -q --rootdir "$R" -p no:cacheprovider "$R/tests/test_monitor.py" \
   >"$OUT/pytest.txt" 2>&1

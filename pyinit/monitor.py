@@ -4,8 +4,8 @@ latency sampled during training, with thresholds that alert.
     pyinit monitor --interval 5 --prometheus 127.0.0.1:9400 --webhook URL
     pyinit monitor --once --json
 
-Each sample: per GPU (NVML) utilization, memory used, PCIe TX/RX bytes/s,
-temperature and new XID events; per block device read IOPS and mean read
+Each sample: per GPU (NVML) utilization, memory used, PCIe and NVLink TX/RX
+bytes/s, temperature and new XID events; per block device read IOPS and mean read
 latency from /sys/block/*/stat deltas. Alerts fire when a condition has held
 for its whole window (a single sample never alerts) and resolve when it has
 been clear as long. Outputs: JSON Lines, a Prometheus endpoint, a
@@ -111,6 +111,7 @@ class GpuStats:
 
         self.unavailable: str | None = None
         self._backend = backend if backend is not None else PynvmlBackend()
+        self._nvlink_last: dict[int, tuple[float, int | None, int | None]] = {}
         try:
             self._backend.open()
             self._handles = [self._backend.handle(i) for i in range(self._backend.device_count())]
@@ -124,8 +125,27 @@ class GpuStats:
 
         out = []
         xids = self._backend.xid_events() if self._handles else []
+        now = time.monotonic()
         for index, handle in enumerate(self._handles):
-            counters = self._backend.counters(handle)
+            try:
+                counters = self._backend.counters(handle)
+            except Exception as e:  # pynvml raises its NVMLError subclasses; keep sampling
+                out.append({"gpu": index, "error": str(e), "xid": []})
+                continue
+            tx, rx = counters.pop("nvlink_tx_bytes_total"), counters.pop("nvlink_rx_bytes_total")
+            last = self._nvlink_last.get(index)
+            self._nvlink_last[index] = (now, tx, rx)
+            for key, total, before in (
+                ("nvlink_tx_bytes_per_s", tx, 1),
+                ("nvlink_rx_bytes_per_s", rx, 2),
+            ):
+                ok = (
+                    last is not None
+                    and total is not None
+                    and last[before] is not None
+                    and now > last[0]
+                )
+                counters[key] = (total - last[before]) / (now - last[0]) if ok else None
             bdf = normalize_bus_id(self._backend.bus_id(handle))
             out.append({"gpu": index, "pci_bus_id": bdf, **counters,
                         "xid": [x for i, x in xids if i == index]})  # fmt: skip
@@ -158,6 +178,8 @@ class AlertEngine:
         t = self.thresholds
         found = []
         for gpu in sample.get("gpus", []):
+            if "error" in gpu:
+                continue
             labels = {
                 "gpu": str(gpu["gpu"]),
                 "UUID": gpu.get("uuid", ""),
@@ -264,6 +286,8 @@ GPU_METRICS = (
     ("pcie_tx_bytes_per_s", "podinit_gpu_pcie_tx_bytes_per_second", "PCIe transmit throughput", 1),
     ("pcie_rx_bytes_per_s", "podinit_gpu_pcie_rx_bytes_per_second", "PCIe receive throughput", 1),
     ("temperature_celsius", "podinit_gpu_temperature_celsius", "GPU temperature", 1),
+    ("nvlink_tx_bytes_per_s", "podinit_gpu_nvlink_tx_bytes_per_second", "NVLink data sent", 1),
+    ("nvlink_rx_bytes_per_s", "podinit_gpu_nvlink_rx_bytes_per_second", "NVLink data received", 1),
 )  # fmt: skip
 BLOCK_METRICS = (
     ("read_iops", "podinit_block_read_iops", "completed reads per second", 1),
@@ -294,6 +318,8 @@ class Metrics:
     def update(self, sample: dict[str, Any], firing: list[Alert]) -> None:
         with self._lock:
             for gpu in sample.get("gpus", []):
+                if "error" in gpu:
+                    continue
                 labels = (str(gpu["gpu"]), gpu.get("uuid", ""), gpu["pci_bus_id"], self._host)
                 for key, _, _, scale in GPU_METRICS:
                     if gpu.get(key) is not None:

@@ -22,7 +22,8 @@ HEALTH_KEYS = ("ecc_enabled", "ecc_uncorrected_volatile", "remapped_uncorrectabl
                "remap_pending", "remap_failed")  # fmt: skip
 
 COUNTER_KEYS = ("uuid", "utilization_percent", "memory_used_bytes", "pcie_tx_bytes_per_s",
-                "pcie_rx_bytes_per_s", "temperature_celsius")  # fmt: skip
+                "pcie_rx_bytes_per_s", "temperature_celsius", "nvlink_tx_bytes_total",
+                "nvlink_rx_bytes_total")  # fmt: skip
 
 # nvmlDeviceGetP2PStatus capability indices, in NVML's order.
 P2P_CAPABILITIES = ("read", "write", "nvlink", "atomics", "pci")
@@ -214,7 +215,29 @@ class PynvmlBackend:
             "temperature_celsius": float(
                 n.nvmlDeviceGetTemperature(handle, n.NVML_TEMPERATURE_GPU)
             ),
+            **self._nvlink_totals(handle),
         }
+
+    def _nvlink_totals(self, handle: Any) -> dict[str, int | None]:
+        """NVLink data bytes sent and received since the driver loaded, summed
+        over the links; None where the GPU has no NVLink NVML can count."""
+        n = self._nvml
+        # Each field value is one link's (the scope is the link); inactive links answer errors.
+        links = range(n.NVML_NVLINK_MAX_LINKS)
+        directions = (
+            n.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+            n.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+        )
+        fields = [(field, link) for field in directions for link in links]
+        try:
+            values = n.nvmlDeviceGetFieldValues(handle, fields)
+        except n.NVMLError:
+            return {"nvlink_tx_bytes_total": None, "nvlink_rx_bytes_total": None}
+        totals: list[int | None] = []
+        for half in (values[: len(links)], values[len(links) :]):
+            counted = [int(v.value.ullVal) for v in half if v.nvmlReturn == n.NVML_SUCCESS]
+            totals.append(1024 * sum(counted) if counted else None)  # the counters are in KiB
+        return {"nvlink_tx_bytes_total": totals[0], "nvlink_rx_bytes_total": totals[1]}
 
     def watch_xid(self, handles: list[Any]) -> None:
         n = self._nvml
@@ -345,7 +368,8 @@ class FakeNvml:
         recorded = samples[min(taken, len(samples) - 1)]
         defaults = {"uuid": f"GPU-fake-{handle}", "utilization_percent": 0.0,
                     "memory_used_bytes": 0, "pcie_tx_bytes_per_s": 0.0,
-                    "pcie_rx_bytes_per_s": 0.0, "temperature_celsius": 30.0}  # fmt: skip
+                    "pcie_rx_bytes_per_s": 0.0, "temperature_celsius": 30.0,
+                    "nvlink_tx_bytes_total": None, "nvlink_rx_bytes_total": None}  # fmt: skip
         return {key: recorded.get(key, defaults[key]) for key in COUNTER_KEYS}
 
     def watch_xid(self, handles: list[Any]) -> None:

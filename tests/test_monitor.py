@@ -29,9 +29,10 @@ def fake_nvml(utilizations: list[float]) -> FakeNvml:
     for gpu in spec["gpus"]:
         uuid = f"GPU-{gpu['bus_id'][-7:-5]}"
         gpu["samples"] = [
-            {"utilization_percent": u, "pcie_tx_bytes_per_s": 2e9, "uuid": uuid}
-            for u in utilizations
-        ]
+            {"utilization_percent": u, "pcie_tx_bytes_per_s": 2e9, "uuid": uuid,
+             "nvlink_tx_bytes_total": 10**12 * (i + 1), "nvlink_rx_bytes_total": 5 * 10**11 * i}
+            for i, u in enumerate(utilizations)
+        ]  # fmt: skip
     spec["xids"] = [[1, 79]]
     return FakeNvml(spec)
 
@@ -92,6 +93,13 @@ def test_webhook_fires_once_and_resolves_without_leaking_the_token(tmp_path, mon
     assert payload["version"] == "4" and headers["Authorization"] == "Bearer SECRET2"
     samples = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
     assert len(samples) == 16 and samples[0]["gpus"][1]["xid"] == [79]
+    # NVLink rates come from the counters' deltas: none for the first sample.
+    assert samples[0]["gpus"][0]["nvlink_tx_bytes_per_s"] is None
+    tx, rx = (
+        samples[5]["gpus"][0]["nvlink_tx_bytes_per_s"],
+        samples[5]["gpus"][0]["nvlink_rx_bytes_per_s"],
+    )
+    assert tx == pytest.approx(2 * rx) and tx > 10**12  # 1 TB per ~0.1 s interval
     assert redact_url("https://user:pw@h.example:8443/a?token=x&k=y") == (
         "https://h.example:8443/a?token=REDACTED&k=REDACTED"
     )
