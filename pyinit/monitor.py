@@ -370,7 +370,8 @@ def _headers(values: list[str]) -> dict[str, str]:
     for value in values:
         name, colon, text = value.partition(":")
         if not colon or not name.strip():
-            raise InputError(f"--webhook-header {name!r}...: expected 'Name: value'")
+            # Not echoed: a header without its name is most likely a bare secret.
+            raise InputError("--webhook-header: expected 'NAME: VALUE' (the value is not shown)")
         headers[name.strip()] = text.strip()
     return headers
 

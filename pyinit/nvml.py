@@ -241,7 +241,11 @@ class PynvmlBackend:
 
     def watch_xid(self, handles: list[Any]) -> None:
         n = self._nvml
-        self._events = n.nvmlEventSetCreate()
+        self._events = None
+        try:
+            self._events = n.nvmlEventSetCreate()
+        except n.NVMLError:
+            return  # no event support here: no XIDs, the other counters still work
         for handle in handles:
             # Unsupported in some VMs and on some parts: then no XIDs from that GPU.
             with contextlib.suppress(n.NVMLError):
@@ -249,7 +253,9 @@ class PynvmlBackend:
 
     def xid_events(self) -> list[tuple[int, int]]:
         n = self._nvml
-        found = []
+        found: list[tuple[int, int]] = []
+        if self._events is None:
+            return found
         while True:
             try:
                 data = n.nvmlEventSetWait_v2(self._events, 0)

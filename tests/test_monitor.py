@@ -152,3 +152,8 @@ def test_once_json_without_nvml_reports_block_devices(pyinit_bin, tmp_path):
     refused = subprocess.run([pyinit_bin, "monitor", "--once", "--thresholds", bad],
                              capture_output=True, text=True)  # fmt: skip
     assert refused.returncode == 2 and f"{bad}: unknown threshold 'gpu_util_lo'" in refused.stderr
+    command = [pyinit_bin, "monitor", "--once", "--webhook", "http://127.0.0.1:9/",
+               "--webhook-header", "Bearer SECRET3"]  # fmt: skip
+    bare = subprocess.run(command, capture_output=True, text=True)
+    assert bare.returncode == 2 and "expected 'NAME: VALUE'" in bare.stderr
+    assert "SECRET3" not in bare.stderr
