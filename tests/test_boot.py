@@ -218,4 +218,6 @@ def test_boot_switches_root_and_mounts_data(tmp_path, pod_init_bin, qemu_parts):
     digest = hashlib.sha256(blob).hexdigest()
     assert f"/data/blob.bin: {len(blob)} bytes at offset 0, sha256 {digest} (direct" in log, log
     assert "command exited with status 0" in lines, log
+    # Before the power goes: the data disk unmounted, the root (busy: we run from it) read-only.
+    assert lines.index("unmounted /data") < lines.index("remounted / read-only"), log
     assert "reboot: Power down" in log, log
