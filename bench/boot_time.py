@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
-import os
 import re
 import shutil
 import statistics
@@ -23,6 +21,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from pyinit.jsonfile import write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "initramfs"))
@@ -129,9 +129,7 @@ def main() -> int:
                 "image_bytes": TARGET_IMAGE_BYTES,
             },
         }
-        temp = out / ".boot_time.json.tmp"
-        temp.write_text(json.dumps(document, indent=1) + "\n")
-        os.replace(temp, out / "boot_time.json")
+        write_json(out / "boot_time.json", document)
     return 0
 
 

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from pyinit.bench.plotting import pyplot
+from pyinit.jsonfile import write_json
 
 # Kept in every run on the lent machines (NVLink multicast is off there).
 MULTICAST_OFF = {
@@ -227,7 +228,7 @@ def finish(document: dict, path: Path) -> int:
     }
     document["table"] = summarize(runs)
     print_table(document["table"])
-    path.write_text(json.dumps(document, indent=2) + "\n")
+    write_json(path, document, indent=2)
     print("wrote", path, "plot:", plot(json.loads(path.read_text()), path.with_suffix(".png")))
     return 0
 

@@ -17,6 +17,8 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from pyinit.jsonfile import write_json
+
 REPO = Path(__file__).resolve().parent.parent
 # nvmlGpuTopologyLevel_t; pod-init's levels use the same numbers.
 NVML_LEVELS = {0: "INTERNAL", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
@@ -94,10 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         "nvidia_smi_topo_m": smi_text,
         "pod_init_findings": topo["findings"],
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"nvml_topo_compare-{platform.node() or 'unknown'}.json"
-    path.with_suffix(".tmp").write_text(json.dumps(result, indent=2) + "\n")
-    path.with_suffix(".tmp").rename(path)
+    path = write_json(
+        args.out / f"nvml_topo_compare-{platform.node() or 'unknown'}.json", result, indent=2
+    )
     print(f"saved {path}")
     return 0 if all(p["agree"] for p in pairs) else 1
 

@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from pyinit.jsonfile import write_json
+
 TARGET_SPAWN_MS = 300.0
 TARGET_IMPORT_MS = 100.0
 
@@ -94,11 +96,7 @@ def main() -> int:
     print(f"{label:36} {m['import_ms']:7.1f} ms  (target < 100)")
     print(f"{'python -c pass (the floor)':36} {m['python_ms']:7.1f} ms")
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        temp = out / ".run_startup.json.tmp"
-        temp.write_text(json.dumps(document, indent=1) + "\n")
-        os.replace(temp, out / "run_startup.json")
+        write_json(Path(args.out) / "run_startup.json", document)
     return 0
 
 

@@ -21,7 +21,11 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from pyinit.jsonfile import write_json
+
 REPO = Path(__file__).resolve().parent.parent
+
+
 sys.path.insert(0, str(REPO / "tests"))
 import sysfs_fixtures  # noqa: E402
 
@@ -122,10 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         "target_ms": TARGET_MS,
         "rows": rows,
     }
-    path = args.out / f"topo_scan-{host}.json"
-    tmp_path = path.with_suffix(".json.tmp")
-    tmp_path.write_text(json.dumps(result, indent=2) + "\n")
-    tmp_path.rename(path)
+    path = write_json(args.out / f"topo_scan-{host}.json", result, indent=2)
     print(f"saved {path}")
     return 0
 

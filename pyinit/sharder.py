@@ -24,6 +24,7 @@ import numpy as np
 
 from pyinit import _kernels
 from pyinit._native import InputError
+from pyinit.jsonfile import write_json
 from pyinit.shards import ShardWriter, token_bytes_for
 
 FORMATS = ("jsonl", "text")
@@ -382,9 +383,7 @@ def _write_manifest(out: Path, inputs, text_field, fmt, token_bytes, summary) ->
         "tokens": summary.tokens,
         "shards": summary.shards,
     }
-    temp = out / f".{MANIFEST}.tmp-{os.getpid()}"
-    temp.write_text(json.dumps(manifest, indent=1) + "\n")
-    os.replace(temp, out / MANIFEST)
+    write_json(out / MANIFEST, manifest)
 
 
 def _sync_directory(path: Path) -> None:

@@ -8,18 +8,17 @@ and a mark per attempt, so restarts show without parsing torchrun's log.
 
 from __future__ import annotations
 
-import json
 import os
 import runpy
 import sys
 from pathlib import Path
 
+from pyinit.jsonfile import write_json
+
 
 def _record(status_dir: Path, code: int) -> None:
     rank = os.environ.get("RANK", "0")
-    temp = status_dir / f".rank-{rank}.json.tmp"
-    temp.write_text(json.dumps({"rank": int(rank), "exit": code}) + "\n")
-    os.replace(temp, status_dir / f"rank-{rank}.json")
+    write_json(status_dir / f"rank-{rank}.json", {"rank": int(rank), "exit": code}, indent=None)
 
 
 def main() -> None:

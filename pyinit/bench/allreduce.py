@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pyinit.bench.plotting import pyplot
+from pyinit.jsonfile import write_json
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -239,9 +240,7 @@ def main(argv: list[str] | None = None) -> int:
                     iterations=args.iterations, warmup=args.warmup,
                     env={k: env[k] for k in sorted(env) if k.startswith("NCCL_")})  # fmt: skip
     sys.stdout.write(table(document["rows"]))
-    temp = out / ".allreduce.json.tmp"
-    temp.write_text(json.dumps(document, indent=1) + "\n")
-    os.replace(temp, out / "allreduce.json")
+    write_json(out / "allreduce.json", document)
     plot(document, out / "allreduce.png")
     return 1 if any(r["wrong"] for r in document["rows"]) else 0
 

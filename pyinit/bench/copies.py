@@ -12,7 +12,6 @@ Timed with CUDA events; GB/s are 1e9 bytes per second. Both write JSON
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pyinit.bench.allreduce import parse_size
+from pyinit.jsonfile import write_json
 
 
 def _timed(torch: Any, copies: list[tuple[Any, Any, Any]], iterations: int) -> float:
@@ -93,13 +93,6 @@ def _matrix_text(title: str, matrix: list[list[float | None]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write(out: Path, name: str, document: dict[str, Any]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    temp = out / f".{name}.tmp"
-    temp.write_text(json.dumps(document, indent=1) + "\n")
-    os.replace(temp, out / name)
-
-
 def main(argv: list[str] | None, kind: str) -> int:
     parser = argparse.ArgumentParser(
         prog=f"pyinit bench {kind}", description=__doc__.split("\n\n")[0]
@@ -127,5 +120,5 @@ def main(argv: list[str] | None, kind: str) -> int:
         print(f"{'GPU':>4} {'h2d (GB/s)':>11} {'d2h (GB/s)':>11}   pinned host memory")
         for row in document["rows"]:
             print(f"{row['gpu']:>4} {row['h2d_gbs']:>11.1f} {row['d2h_gbs']:>11.1f}")
-    _write(Path(args.out), f"{kind}.json", document)
+    write_json(Path(args.out) / f"{kind}.json", document)
     return 0

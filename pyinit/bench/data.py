@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import platform
 import statistics
 import tempfile
@@ -28,6 +27,7 @@ from pyinit import _kernels, data, sharder
 from pyinit.bench.io import drop_caches, parse_size
 from pyinit.bench.plotting import pyplot
 from pyinit.data import TokenShardDataset
+from pyinit.jsonfile import write_json
 from pyinit.shards import HEADER_BYTES, ShardWriter, read_header
 
 VOCAB = 50257  # GPT-2's: uint16 tokens, as nanoGPT stores them
@@ -253,10 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     print_table(document)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    temp = out / ".data_bench.json.tmp"
-    temp.write_text(json.dumps(document, indent=1) + "\n")
-    os.replace(temp, out / "data_bench.json")
+    write_json(out / "data_bench.json", document)
     if plot(document, out / "data_bench.png"):
         print(f"wrote {out / 'data_bench.json'} and data_bench.png")
     return 0

@@ -32,6 +32,7 @@ import numpy as np
 
 from pyinit.bench.plotting import pyplot
 from pyinit.io import DirectReader, aligned_empty
+from pyinit.jsonfile import write_json
 
 
 @dataclass(frozen=True)
@@ -294,9 +295,7 @@ def main(argv: list[str] | None = None) -> int:
             "results": [asdict(r) for r in results],
             "table": table,
         }
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(document, indent=2) + "\n")
+        out = write_json(args.out, document, indent=2)
         print("wrote", out, "plot:", plot(document, out.with_suffix(".png")))
     return 0
 
