@@ -4,6 +4,7 @@ killed mid-run. Namespaces need root; CI runs as root."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -144,6 +145,7 @@ def test_bad_input_is_one_clear_line_and_exit_2(pyinit_bin, tmp_path, shards):
 
 
 NODES = ["10.77.0.1", "10.77.0.2", "10.77.0.3"]
+NAMESPACE_SETS = itertools.count()
 
 
 @pytest.fixture
@@ -153,7 +155,9 @@ def three_namespaces():
         pytest.skip("network namespaces need root")
     if shutil.which("ip") is None:
         pytest.skip("no ip command (apt install iproute2)")
-    tag = f"pi{os.getpid() % 10000}"
+    # Fresh names per use: deleting a namespace frees its veth pair asynchronously,
+    # so reusing the last test's names can meet "File exists".
+    tag = f"p{os.getpid() % 10000}{next(NAMESPACE_SETS)}"
     bridge = f"{tag}br"
 
     def ip(*args: str) -> None:
