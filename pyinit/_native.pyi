@@ -7,10 +7,12 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['DirectReader', 'InputError', 'NcclConfig', 'Topology', 'aligned_empty', 'expand_nodelist', 'nccl_config', 'node_list', 'scan_topology']
-class InputError(ValueError):
-    pass
+__all__: list[str] = ['DirectReader', 'NcclConfig', 'NodeList', 'Topology', 'aligned_empty', 'expand_nodelist', 'load_node_list', 'load_topology', 'nccl_config', 'scan_topology']
 class Topology:
+    def expect_gpus(self, count: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        Replaces the GPU-count finding with one for this expectation.
+        """
     def merge_nvlinks(self, details: collections.abc.Mapping[str, tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, collections.abc.Sequence[tuple[str, str, typing.SupportsInt | typing.SupportsIndex]]]]) -> None:
         """
         Adds NVLink counts (NV#) to the matrix from NVML's view.
@@ -27,6 +29,11 @@ class Topology:
     def has_errors(self) -> bool:
         """
         True when a finding has severity error.
+        """
+    @property
+    def sysfs_root(self) -> str:
+        """
+        The tree it was scanned from.
         """
 class NcclConfig:
     def summary(self) -> str:
@@ -57,6 +64,27 @@ class NcclConfig:
     def ring(self) -> list[int]:
         """
         GPU indices in ring order.
+        """
+class NodeList:
+    @property
+    def addresses(self) -> list[str]:
+        """
+        Every node's address, node 0 (the master) first.
+        """
+    @property
+    def interface(self) -> str:
+        """
+        The interface holding this node's address.
+        """
+    @property
+    def node_rank(self) -> int:
+        """
+        This node's index.
+        """
+    @property
+    def source(self) -> str:
+        """
+        The hostfile.
         """
 class DirectReader:
     def __init__(self, path: str | collections.abc.Sequence[str], queue_depth: typing.SupportsInt | typing.SupportsIndex = 32, backend: str = 'auto', page_cache: bool = False) -> None:
@@ -139,13 +167,17 @@ def expand_nodelist(nodelist: str) -> list[str]:
     """
     node[01-03],gpu-a -> [node01, node02, node03, gpu-a] (SLURM style).
     """
-def nccl_config(sysfs_root: str = '/sys', proc_root: str = '/proc', hints: str = '', hostfile: str = '', hostfile_text: str = '', out_dir: str = '.', socket_ifname: str = '', force_rings: bool = False, channels: typing.SupportsInt | typing.SupportsIndex = 0, details: collections.abc.Mapping[str, tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, collections.abc.Sequence[tuple[str, str, typing.SupportsInt | typing.SupportsIndex]]]] = {}, environment: collections.abc.Mapping[str, str] = {}) -> NcclConfig:
+def load_node_list(hostfile: str, hostfile_text: str = '') -> NodeList:
     """
-    Builds the NCCL configuration (nothing is written until write()). Raises InputError for bad input, OSError when sysfs cannot be read.
+    This node among the nodes of a hostfile of IP addresses (hostfile_text instead of reading the file when given; the path still names errors). InputError for bad content, OSError when the file cannot be read.
     """
-def node_list(hostfile: str, hostfile_text: str = '') -> tuple[list[str], int, str]:
+def load_topology(text: str, source: str) -> Topology:
     """
-    (addresses, this node's rank, the interface holding its address) from a hostfile of IP addresses (hostfile_text instead of reading the file when given; the path still names errors). InputError for bad input.
+    The Topology a `pod-init topo --json` document describes (a scan reused, not repeated). InputError naming source when it is not one.
+    """
+def nccl_config(topology: Topology, nodes: ... | None = None, hints: str = '', out_dir: str = '.', socket_ifname: str = '', force_rings: bool = False, channels: typing.SupportsInt | typing.SupportsIndex = 0, details: collections.abc.Mapping[str, tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, collections.abc.Sequence[tuple[str, str, typing.SupportsInt | typing.SupportsIndex]]]] = {}, environment: collections.abc.Mapping[str, str] = {}, proc_root: str = '/proc') -> NcclConfig:
+    """
+    Builds the NCCL configuration from a scanned topology and a node list (nothing is written until write()). InputError for bad input, OSError when the hints file cannot be read.
     """
 def scan_topology(sysfs_root: str = '/sys', expect_gpus: typing.SupportsInt | typing.SupportsIndex = -1, probe_bar0: bool = True) -> Topology:
     """

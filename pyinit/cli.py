@@ -9,11 +9,11 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from pyinit.errors import EXIT_FAILURE, EXIT_STATUS_HELP, EXIT_USAGE
+
 if TYPE_CHECKING:
     from pyinit.nvml import NvmlBackend, NvmlView
 
-EXIT_FINDINGS = 1
-EXIT_USAGE = 2
 
 # Where NVML answers come from; None is the real driver. Tests put a FakeNvml here.
 nvml_backend: NvmlBackend | None = None
@@ -74,7 +74,7 @@ def _cmd_topo(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
     else:
         sys.stdout.write(topo.to_text() + ("\n" + nvml.to_text() if nvml else ""))
-    return EXIT_FINDINGS if topo.has_errors else 0
+    return EXIT_FAILURE if topo.has_errors else 0
 
 
 def _cmd_nvml(args: argparse.Namespace) -> int:
@@ -88,7 +88,7 @@ def _cmd_nvml(args: argparse.Namespace) -> int:
         view = read_nvml(backend)
     except NvmlUnavailable as e:
         print(f"pyinit: NVML unavailable: {e}", file=sys.stderr)
-        return EXIT_FINDINGS
+        return EXIT_FAILURE
     sys.stdout.write(json.dumps(view.to_dict(), indent=2) + "\n" if args.json else view.to_text())
     return 0
 
@@ -125,7 +125,7 @@ def _cmd_nccl(args: argparse.Namespace) -> int:
 
 
 def _cmd_shard(args: argparse.Namespace) -> int:
-    from pyinit.sharder import shard
+    from pyinit.data.sharder import shard
 
     summary = shard(
         args.inputs,
@@ -143,7 +143,7 @@ def _cmd_shard(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from pyinit.run import run
+    from pyinit.run.launcher import run
 
     command = args.command_line[1:] if args.command_line[:1] == ["--"] else args.command_line
     if not command:
@@ -159,6 +159,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         expect_gpus=args.expect_gpus,
         run_dir=args.run_dir,
         monitor_interval=args.monitor_interval,
+        sysfs_root=args.sysfs_root,
+        rescan=args.rescan,
+        boot_state=args.boot_state,
         nvml_backend=nvml_backend,
     )
 
@@ -180,7 +183,12 @@ def _seconds(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pyinit", description="pod-init supervisor")
+    parser = argparse.ArgumentParser(
+        prog="pyinit",
+        description="pod-init supervisor",
+        epilog=EXIT_STATUS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     topo = sub.add_parser("topo", help="PCIe topology: matrix, links, BARs, findings")
@@ -251,6 +259,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--monitor-interval", type=float, default=5.0, metavar="S",
         help="sample into RUN_DIR/monitor.jsonl every S seconds (0: off)",
     )  # fmt: skip
+    run.add_argument(
+        "--sysfs-root",
+        default="/sys",
+        metavar="DIR",
+        help="scan this tree (a fixture) (default /sys)",
+    )
+    run.add_argument(
+        "--rescan", action="store_true", help="scan even when PID 1 left a scan of this boot"
+    )
+    run.add_argument(
+        "--boot-state", default="/run/pod-init", metavar="DIR",
+        help="where PID 1 left its scan and NCCL files (default /run/pod-init)",
+    )  # fmt: skip
     run.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- SCRIPT [ARGS...]")
     run.set_defaults(handler=_cmd_run)
 
@@ -314,15 +335,15 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         # The reader left (`pyinit topo | head`); silence the flush at exit too.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_FINDINGS
+        return EXIT_FAILURE
     except ValueError as e:
-        # The native InputError (a ValueError) already names the file and line.
+        # InputError (a ValueError) already names the option, or the file and line.
         print(f"pyinit: {e}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as e:
         where = f"{e.filename}: " if e.filename else ""
         print(f"pyinit: {where}{e.strerror or e}", file=sys.stderr)
-        return EXIT_FINDINGS
+        return EXIT_FAILURE
 
 
 if __name__ == "__main__":

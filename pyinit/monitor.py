@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
-from pyinit._native import InputError
+from pyinit.errors import InputError
 
 SECTOR_BYTES = 512
 
@@ -47,10 +47,9 @@ class Thresholds:
 
     @classmethod
     def from_file(cls, path: str) -> Thresholds:
+        text = Path(path).read_text()  # OSError naming the file when it cannot be read
         try:
-            values = json.loads(Path(path).read_text())
-        except OSError as e:
-            raise InputError(f"{path}: {e.strerror}") from None
+            values = json.loads(text)
         except json.JSONDecodeError as e:
             raise InputError(f"{path}:{e.lineno}: malformed JSON: {e.msg}") from None
         known = {f.name for f in fields(cls)}

@@ -11,18 +11,18 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pyinit import _native
+from pyinit.errors import InputError
 from pyinit.nvml import NvmlView
+from pyinit.topology import Topology, scan
 
 
 def resolve_hostfile(path: str) -> str:
     """The hostfile's text with every host name replaced by its address, once,
     now: the core and everything after it never wait on DNS. Line numbers stay
     (a name that expands to several hosts becomes a comma list on its line).
-    Raises ``_native.InputError`` naming the file and line."""
-    try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise _native.InputError(f"{path}: {e.strerror}") from None
+    Raises ``InputError`` naming the file and line for bad content, ``OSError``
+    when the file cannot be read."""
+    text = Path(path).read_text()
     lines = []
     for number, line in enumerate(text.splitlines(), start=1):
         content, hash_mark, comment = line.partition("#")
@@ -31,7 +31,7 @@ def resolve_hostfile(path: str) -> str:
             try:
                 hosts = _native.expand_nodelist(fields[0])
             except ValueError as e:
-                raise _native.InputError(f"{path}:{number}: {e}") from None
+                raise InputError(str(e), file=path, line=number) from None
             fields[0] = ",".join(_address(path, number, host) for host in hosts)
         lines.append(" ".join(fields) + (" " + hash_mark + comment if hash_mark else ""))
     return "\n".join(lines) + "\n"
@@ -46,13 +46,23 @@ def _address(path: str, line: int, host: str) -> str:
         found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as e:
         reason = e.strerror if isinstance(e, socket.gaierror) else str(e)
-        raise _native.InputError(f"{path}:{line}: cannot resolve '{host}': {reason}") from None
+        raise InputError(f"cannot resolve '{host}': {reason}", file=path, line=line) from None
     return str(found[0][4][0])
+
+
+def load_nodes(hostfile: str, *, dns: bool = True) -> _native.NodeList:
+    """This node among the hostfile's nodes, the file read once: host names
+    resolved here (``dns=False``: names are an error, as in the executable,
+    which never resolves). ``InputError`` naming the file and line for bad
+    content, ``OSError`` when the file cannot be read."""
+    return _native.load_node_list(hostfile, resolve_hostfile(hostfile) if dns else "")
 
 
 def configure(
     sysfs_root: str = "/sys",
     *,
+    topology: Topology | None = None,
+    nodes: _native.NodeList | None = None,
     hints: str | None = None,
     hostfile: str | None = None,
     out_dir: str = ".",
@@ -66,25 +76,29 @@ def configure(
 ) -> _native.NcclConfig:
     """Builds the configuration without writing it; call ``.write()`` for that.
 
-    Host names in ``hostfile`` are resolved here, once (``dns=False``: names
-    are an error, as in the executable, which never resolves).
+    ``topology`` and ``nodes`` are used as given (a scan and a node list made
+    once per run); without them ``sysfs_root`` is scanned and ``hostfile``
+    loaded (see :func:`load_nodes`).
 
     ``environment`` (default ``os.environ``): ``NCCL_*`` values set there win
     over pod-init's and are reported. Raises ``ValueError``
-    (``_native.InputError``, naming the file and line) for bad input and
-    ``OSError`` when sysfs cannot be read.
+    (``pyinit.errors.InputError``, naming the file and line) for bad input and
+    ``OSError`` when a file cannot be read.
     """
+    if topology is None:
+        topology = scan(str(sysfs_root), probe_bar0=False)
+    if nodes is None and hostfile:
+        nodes = load_nodes(hostfile, dns=dns)
     env = os.environ if environment is None else environment
     return _native.nccl_config(
-        sysfs_root=str(sysfs_root),
-        proc_root=str(proc_root),
+        topology._native,
+        nodes=nodes,
         hints=str(hints or ""),
-        hostfile=str(hostfile or ""),
-        hostfile_text=resolve_hostfile(hostfile) if hostfile and dns else "",
         out_dir=str(out_dir),
         socket_ifname=socket_ifname or "",
         force_rings=force_rings,
         channels=channels or 0,
         details=nvml.details() if nvml is not None else {},
         environment={k: v for k, v in env.items() if k.startswith("NCCL_")},
+        proc_root=str(proc_root),
     )

@@ -7,6 +7,7 @@ class, boot0) are integers here.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -203,6 +204,23 @@ def scan(
     native = _native.scan_topology(
         str(sysfs_root), -1 if expect_gpus is None else expect_gpus, probe_bar0
     )
+    return from_native(native, nvml)
+
+
+def load(path: str | os.PathLike[str], expect_gpus: int | None = None) -> Topology:
+    """The topology a ``pod-init topo --json`` document describes (PID 1's
+    ``topology.json``): a scan reused, not repeated. ``OSError`` when the file
+    cannot be read, ``InputError`` naming it when it is not such a document."""
+    path = os.fspath(path)
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:
+        native = _native.load_topology(f.read(), path)
+    if expect_gpus is not None:
+        native.expect_gpus(expect_gpus)
+    return from_native(native)
+
+
+def from_native(native: _native.Topology, nvml: NvmlView | None = None) -> Topology:
+    """The dataclasses over a native topology, with NVML's NVLinks merged in when given."""
     if nvml is not None:
         native.merge_nvlinks(nvml.details())
     raw = json.loads(native.to_json())

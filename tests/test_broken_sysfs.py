@@ -106,7 +106,9 @@ def test_missing_root_is_a_clear_error(pod_init_bin, pyinit_bin, tmp_path):
         proc = run([tool, "topo", "--sysfs-root", missing])
         assert proc.returncode == 1
         assert proc.stdout == ""
-        assert proc.stderr.strip().endswith(f"{missing}/bus/pci/devices: No such file or directory")
+        assert proc.stderr.strip().endswith(
+            f"{missing}/bus/pci/devices: list: No such file or directory"
+        )
         assert "Traceback" not in proc.stderr
     with pytest.raises(FileNotFoundError) as raised:
         pyinit.scan(missing)

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from pyinit.data import TokenShardDataset
-from pyinit.sharder import shard
-from pyinit.shards import HEADER_BYTES, ShardWriter, read_header
+from pyinit.data.shard_format import HEADER_BYTES, ShardWriter, read_header
+from pyinit.data.sharder import shard
 
 SEQ = 64
 

@@ -38,7 +38,7 @@ def shards(tmp_path_factory) -> Path:
     subprocess.run([sys.executable, ROOT / "examples" / "make_corpus.py", "--out",
                     folder / "corpus.jsonl", "--megabytes", "0.5"], check=True,
                    capture_output=True)  # fmt: skip
-    from pyinit.sharder import shard
+    from pyinit.data.sharder import shard
 
     shard([str(folder / "corpus.jsonl")], str(folder / "shards"), 2)
     yield folder / "shards"
@@ -244,7 +244,7 @@ def test_a_killed_node_ends_the_others_and_is_named(pyinit_bin, three_namespaces
 
 
 def test_nodes_from_slurm_and_from_the_environment():
-    from pyinit.run import find_nodes
+    from pyinit.run.launcher import find_nodes
 
     slurm = find_nodes(None, {"SLURM_JOB_NODELIST": "gpu[07-09]", "SLURM_NODEID": "2",
                               "SLURM_NNODES": "3"})  # fmt: skip
@@ -276,7 +276,7 @@ def test_strict_preflight_refuses_to_start(pyinit_bin, tmp_path):
 
 def test_nvml_health_errors_are_preflight_errors():
     from pyinit.nvml import FakeNvml, read_nvml
-    from pyinit.run import gpu_health
+    from pyinit.run.preflight import gpu_health
 
     spec = json.loads((ROOT / "tests" / "data" / "h200x2-nvml.json").read_text())
     assert gpu_health(read_nvml(FakeNvml(spec))) == []  # the lent machine: healthy

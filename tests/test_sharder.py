@@ -18,9 +18,9 @@ from conftest import run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyinit import _kernels, sharder
-from pyinit.sharder import shard, shard_name
-from pyinit.shards import HEADER_BYTES, read_document_starts, read_header
+from pyinit.data import _kernels, sharder
+from pyinit.data.shard_format import HEADER_BYTES, read_document_starts, read_header
+from pyinit.data.sharder import shard, shard_name
 
 TEXTS = [f"record {i}: " + "héllo wörld 漢字 " * (i % 7) for i in range(500)]
 
@@ -205,11 +205,13 @@ def test_refusals_leave_the_output_alone(tmp_path, pyinit_bin):
     result = pyinit_shard(source, "--shards", "11")
     assert result.returncode == 2 and "11 shards for 10 records" in result.stderr
     result = pyinit_shard(tmp_path / "missing.jsonl", "--shards", "2")
-    assert result.returncode == 2 and "missing.jsonl: no such input file" in result.stderr
+    # A file that is not there is a system error (exit 1) naming it, not bad content.
+    assert result.returncode == 1
+    assert "missing.jsonl: No such file or directory" in result.stderr
     result = pyinit_shard(source, "--shards", "0")
     assert result.returncode == 2 and "must be at least 1" in result.stderr
     result = pyinit_shard(source, "--shards", "2", "--tokenizer", tmp_path / "nope.json")
-    assert result.returncode == 2 and "nope.json: no such tokenizer file" in result.stderr
+    assert result.returncode == 1 and "nope.json: no such tokenizer file" in result.stderr
     assert not out.exists() or not any(out.iterdir())
 
     assert pyinit_shard(source, "--shards", "3").returncode == 0
@@ -259,7 +261,7 @@ def test_progress_lines_on_long_inputs(tmp_path, monkeypatch):
 
 
 def test_large_vocabulary_gets_four_byte_tokens(tmp_path):
-    from pyinit.shards import ShardWriter
+    from pyinit.data.shard_format import ShardWriter
 
     writer = ShardWriter(tmp_path / "big.tok", 4, 100_000, None, 0, 1)
     writer.append(np.array([99_999, 70_000, 1], dtype=np.uint32), np.array([3]))

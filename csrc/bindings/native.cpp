@@ -8,13 +8,13 @@
 #include <string>
 #include <variant>
 
-#include "pod_init/direct_reader.hpp"
-#include "pod_init/error.hpp"
-#include "pod_init/hostfile.hpp"
-#include "pod_init/nccl_config.hpp"
-#include "pod_init/nvlink.hpp"
-#include "pod_init/report.hpp"
-#include "pod_init/topology.hpp"
+#include "common/error.hpp"
+#include "io/direct_reader.hpp"
+#include "nccl/hostfile.hpp"
+#include "nccl/nccl_config.hpp"
+#include "topology/nvlink.hpp"
+#include "topology/report.hpp"
+#include "topology/topology.hpp"
 
 namespace py = pybind11;
 
@@ -106,21 +106,23 @@ PYBIND11_MODULE(_native, m) {
   m.doc() = "pod-init native core: PCIe topology scan and NCCL configuration";
   m.attr("__version__") = POD_INIT_VERSION;
 
-  // OSError(errno, text, path) picks the subclass (FileNotFoundError,
-  // PermissionError, ...) and sets .errno and .filename.
+  // OSError(errno, "operation: text", path) picks the subclass
+  // (FileNotFoundError, PermissionError, ...) and sets .errno and .filename;
+  // bad input becomes pyinit.errors.InputError (a ValueError) with its file and line.
   py::register_exception_translator([](std::exception_ptr raised) {
     try {
       if (raised) std::rethrow_exception(raised);
     } catch (const pod_init::SysError& e) {
-      py::object error = py::reinterpret_borrow<py::object>(PyExc_OSError)(
-          e.err(), pod_init::errno_text(e.err()), e.path());
+      py::object text = py::str(e.operation() + ": " + pod_init::errno_text(e.err()));
+      py::object path = e.path().empty() ? py::none() : py::object(py::str(e.path()));
+      py::object error = py::reinterpret_borrow<py::object>(PyExc_OSError)(e.err(), text, path);
       PyErr_SetObject(PyExc_OSError, error.ptr());
+    } catch (const pod_init::InputError& e) {
+      py::object type = py::module_::import("pyinit.errors").attr("InputError");
+      py::object error = type(e.message(), py::arg("file") = e.file(), py::arg("line") = e.line());
+      PyErr_SetObject(type.ptr(), error.ptr());
     }
   });
-
-  // Bad user input (hints, hostfile, options): a ValueError subclass whose text
-  // names the file and line; the CLI exits 2 on it.
-  py::register_exception<pod_init::InputError>(m, "InputError", PyExc_ValueError);
 
   py::class_<pod_init::Topology>(m, "Topology")
       .def(
@@ -134,7 +136,26 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly(
           "has_errors",
           [](const pod_init::Topology& t) { return pod_init::has_errors(t.findings); },
-          "True when a finding has severity error.");
+          "True when a finding has severity error.")
+      .def(
+          "expect_gpus",
+          [](pod_init::Topology& t, int count) {
+            if (count < 0) throw py::value_error("expect_gpus must be >= 0");
+            pod_init::expect_gpus(&t, count);
+          },
+          py::arg("count"), "Replaces the GPU-count finding with one for this expectation.")
+      .def_property_readonly(
+          "sysfs_root", [](const pod_init::Topology& t) { return t.sysfs_root; },
+          "The tree it was scanned from.");
+
+  m.def(
+      "load_topology",
+      [](const std::string& text, const std::string& source) {
+        return pod_init::topology_from_json(text, source);
+      },
+      py::arg("text"), py::arg("source"),
+      "The Topology a `pod-init topo --json` document describes (a scan reused, not repeated). "
+      "InputError naming source when it is not one.");
 
   m.def(
       "aligned_empty",
@@ -200,16 +221,13 @@ PYBIND11_MODULE(_native, m) {
 
   m.def(
       "nccl_config",
-      [](const std::string& sysfs_root, const std::string& proc_root, const std::string& hints,
-         const std::string& hostfile, const std::string& hostfile_text, const std::string& out_dir,
-         const std::string& socket_ifname, bool force_rings, int channels,
-         const DetailsArg& details, const std::map<std::string, std::string>& environment) {
+      [](const pod_init::Topology& topology, const std::optional<pod_init::NodeList>& nodes,
+         const std::string& hints, const std::string& out_dir, const std::string& socket_ifname,
+         bool force_rings, int channels, const DetailsArg& details,
+         const std::map<std::string, std::string>& environment, const std::string& proc_root) {
         pod_init::NcclRequest request;
-        request.sysfs_root = sysfs_root;
-        request.proc_root = proc_root;
-        request.hints_path = hints;
-        request.hostfile_path = hostfile;
-        request.hostfile_text = hostfile_text;
+        request.topo = topology;
+        if (nodes) request.nodes = *nodes;
         request.out_dir = out_dir;
         request.socket_ifname = socket_ifname;
         request.force_rings = force_rings;
@@ -217,32 +235,46 @@ PYBIND11_MODULE(_native, m) {
         request.details = to_details(details);
         request.environment = environment;
         py::gil_scoped_release release;
+        if (!hints.empty()) {
+          request.hints = pod_init::read_topo_hints(hints);
+          request.hints_source = hints;
+        }
+        request.cpu = pod_init::read_cpu_identity(proc_root);
+        request.gpudirect_known = pod_init::gpudirect_loaded(topology.sysfs_root);
         return pod_init::build_nccl_config(request);
       },
-      py::arg("sysfs_root") = "/sys", py::arg("proc_root") = "/proc", py::arg("hints") = "",
-      py::arg("hostfile") = "", py::arg("hostfile_text") = "", py::arg("out_dir") = ".",
-      py::arg("socket_ifname") = "", py::arg("force_rings") = false, py::arg("channels") = 0,
-      py::arg("details") = DetailsArg{},
-      py::arg("environment") = std::map<std::string, std::string>{},
-      "Builds the NCCL configuration (nothing is written until write()). Raises InputError for "
-      "bad input, OSError when sysfs cannot be read.");
+      py::arg("topology"), py::arg("nodes") = py::none(), py::arg("hints") = "",
+      py::arg("out_dir") = ".", py::arg("socket_ifname") = "", py::arg("force_rings") = false,
+      py::arg("channels") = 0, py::arg("details") = DetailsArg{},
+      py::arg("environment") = std::map<std::string, std::string>{}, py::arg("proc_root") = "/proc",
+      "Builds the NCCL configuration from a scanned topology and a node list (nothing is "
+      "written until write()). InputError for bad input, OSError when the hints file cannot be "
+      "read.");
+
+  py::class_<pod_init::NodeList>(m, "NodeList")
+      .def_property_readonly(
+          "addresses",
+          [](const pod_init::NodeList& nodes) {
+            std::vector<std::string> addresses;
+            for (const pod_init::HostEntry& host : nodes.hosts) addresses.push_back(host.address);
+            return addresses;
+          },
+          "Every node's address, node 0 (the master) first.")
+      .def_readonly("node_rank", &pod_init::NodeList::node_rank, "This node's index.")
+      .def_readonly("interface", &pod_init::NodeList::interface,
+                    "The interface holding this node's address.")
+      .def_readonly("source", &pod_init::NodeList::source, "The hostfile.");
 
   m.def(
-      "node_list",
+      "load_node_list",
       [](const std::string& hostfile, const std::string& hostfile_text) {
-        pod_init::NodeList nodes;
-        {
-          py::gil_scoped_release release;
-          nodes = pod_init::load_node_list(hostfile, hostfile_text);
-        }
-        std::vector<std::string> addresses;
-        for (const pod_init::HostEntry& host : nodes.hosts) addresses.push_back(host.address);
-        return py::make_tuple(addresses, nodes.node_rank, nodes.interface);
+        py::gil_scoped_release release;
+        return pod_init::load_node_list(hostfile, hostfile_text);
       },
       py::arg("hostfile"), py::arg("hostfile_text") = "",
-      "(addresses, this node's rank, the interface holding its address) from a hostfile of IP "
-      "addresses (hostfile_text instead of "
-      "reading the file when given; the path still names errors). InputError for bad input.");
+      "This node among the nodes of a hostfile of IP addresses (hostfile_text instead of reading "
+      "the file when given; the path still names errors). InputError for bad content, OSError "
+      "when the file cannot be read.");
 
   py::class_<pod_init::DirectReader>(m, "DirectReader")
       .def(py::init([](const std::variant<std::string, std::vector<std::string>>& path,

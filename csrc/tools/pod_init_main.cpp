@@ -2,6 +2,7 @@
 // the boot image) it brings the node up and runs the workload; otherwise
 // `pod-init [--grace S] -- COMMAND...` supervises a command as tini does, and
 // subcommands inspect the node.
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,17 +17,18 @@
 
 extern char** environ;
 
-#include "pod_init/aligned_buffer.hpp"
-#include "pod_init/clock.hpp"
-#include "pod_init/direct_reader.hpp"
-#include "pod_init/error.hpp"
-#include "pod_init/machine_init.hpp"
-#include "pod_init/nccl_config.hpp"
-#include "pod_init/report.hpp"
-#include "pod_init/sha256.hpp"
-#include "pod_init/supervisor.hpp"
-#include "pod_init/sysfs.hpp"
-#include "pod_init/topology.hpp"
+#include "common/clock.hpp"
+#include "common/error.hpp"
+#include "common/sha256.hpp"
+#include "common/sysfs.hpp"
+#include "init/kernel_modules.hpp"
+#include "init/machine_init.hpp"
+#include "init/supervisor.hpp"
+#include "io/aligned_buffer.hpp"
+#include "io/direct_reader.hpp"
+#include "nccl/nccl_config.hpp"
+#include "topology/report.hpp"
+#include "topology/topology.hpp"
 
 namespace {
 
@@ -40,6 +42,7 @@ constexpr const char* kUsage =
     "       pod-init nccl [--sysfs-root DIR] [--hints FILE] [--hostfile FILE] [--out DIR]\n"
     "                     [--force-rings] [--socket-ifname NAME] [--channels N] [--proc-root DIR]\n"
     "       pod-init read PATH [--offset BYTES] [--length BYTES] [--queue-depth N]\n"
+    "       pod-init modules [--release-dir DIR] NAME...\n"
     "\n"
     "  --     Runs COMMAND as a child: forwards TERM, INT, HUP, USR1, USR2, QUIT, WINCH;\n"
     "         reaps every process (a child subreaper when not PID 1); after TERM or INT\n"
@@ -54,11 +57,37 @@ constexpr const char* kUsage =
     "         hosts with --hostfile) in DIR (default .) and prints the rings.\n"
     "         Exit status 0, 1 when sysfs or DIR cannot be used, 2 for bad input.\n"
     "  read   Reads PATH (a file or block device) with the O_DIRECT reader and prints\n"
-    "         the SHA-256 of the bytes read. Exit status 0, 1 when it cannot be read.\n";
+    "         the SHA-256 of the bytes read. Exit status 0, 1 when it cannot be read.\n"
+    "  modules  The modules.dep lines of NAME... and of everything they need, dependencies\n"
+    "         first, from DIR (default /lib/modules/$(uname -r)): what PID 1 loads for\n"
+    "         podinit.modules, and what initramfs/build puts in the image.\n"
+    "\n"
+    "exit status:\n"
+    "  0    success\n"
+    "  1    a system call failed (the message names the file and the errno text), or the\n"
+    "       node is unhealthy (a finding of severity error, a failed preflight)\n"
+    "  2    bad usage or bad content (the message names the option, or the file and line)\n"
+    "  N    a supervised command's own status (pod-init -- CMD, pyinit run); 128+N when\n"
+    "       signal N ended it, 127 when it was not found, 126 when it could not be run\n";
 
 int usage_error(const std::string& message) {
   std::fprintf(stderr, "pod-init: %s\n%s", message.c_str(), kUsage);
   return kExitUsage;
+}
+
+// Runs a subcommand's work, turning the API layer's exceptions into the exit
+// status table: bad content 2, a failing system call 1, each one line.
+template <typename Work>
+int reporting_errors(Work work) {
+  try {
+    return work();
+  } catch (const pod_init::InputError& e) {
+    std::fprintf(stderr, "pod-init: %s\n", e.what());
+    return kExitUsage;
+  } catch (const pod_init::SysError& e) {
+    std::fprintf(stderr, "pod-init: %s\n", e.what());
+    return kExitFindings;
+  }
 }
 
 int run_topo(const std::vector<std::string>& args) {
@@ -89,23 +118,21 @@ int run_topo(const std::vector<std::string>& args) {
       return usage_error("topo: unknown argument '" + arg + "'");
     }
   }
-  try {
+  return reporting_errors([&] {
     pod_init::Topology topo = pod_init::scan(options);
     std::string out = json ? pod_init::topology_json(topo) : pod_init::topology_text(topo);
     std::fwrite(out.data(), 1, out.size(), stdout);
     return pod_init::has_errors(topo.findings) ? kExitFindings : kExitOk;
-  } catch (const pod_init::SysError& e) {
-    std::fprintf(stderr, "pod-init: %s\n", e.what());
-    return kExitFindings;
-  }
+  });
 }
 
 int run_nccl(const std::vector<std::string>& args) {
   pod_init::NcclRequest request;
+  std::string sysfs_root = "/sys", proc_root = "/proc", hints, hostfile;
   const std::pair<const char*, std::string*> paths[] = {
-      {"--sysfs-root", &request.sysfs_root}, {"--proc-root", &request.proc_root},
-      {"--hints", &request.hints_path},      {"--hostfile", &request.hostfile_path},
-      {"--out", &request.out_dir},           {"--socket-ifname", &request.socket_ifname}};
+      {"--sysfs-root", &sysfs_root}, {"--proc-root", &proc_root},
+      {"--hints", &hints},           {"--hostfile", &hostfile},
+      {"--out", &request.out_dir},   {"--socket-ifname", &request.socket_ifname}};
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     const std::string* value = i + 1 < args.size() ? &args[i + 1] : nullptr;
@@ -138,19 +165,21 @@ int run_nccl(const std::vector<std::string>& args) {
       request.environment[text.substr(0, equals)] = text.substr(equals + 1);
     }
   }
-  try {
+  return reporting_errors([&] {
+    request.topo = pod_init::scan({sysfs_root, -1, false});
+    if (!hints.empty()) {
+      request.hints = pod_init::read_topo_hints(hints);
+      request.hints_source = hints;
+    }
+    if (!hostfile.empty()) request.nodes = pod_init::load_node_list(hostfile, "");
+    request.cpu = pod_init::read_cpu_identity(proc_root);
+    request.gpudirect_known = pod_init::gpudirect_loaded(sysfs_root);
     pod_init::NcclConfig config = pod_init::build_nccl_config(request);
     pod_init::write_nccl_files(config);
     std::string out = pod_init::nccl_summary(config);
     std::fwrite(out.data(), 1, out.size(), stdout);
     return kExitOk;
-  } catch (const pod_init::InputError& e) {
-    std::fprintf(stderr, "pod-init: %s\n", e.what());
-    return kExitUsage;
-  } catch (const pod_init::SysError& e) {
-    std::fprintf(stderr, "pod-init: %s\n", e.what());
-    return kExitFindings;
-  }
+  });
 }
 
 std::optional<uint64_t> parse_count(const std::string* text) {
@@ -182,13 +211,13 @@ int run_read(const std::vector<std::string>& args) {
   }
   if (path.empty()) return usage_error("read needs a PATH");
   if (depth < 1 || depth > 4096) return usage_error("--queue-depth must be from 1 to 4096");
-  try {
+  return reporting_errors([&] {
     pod_init::DirectReader reader(path, static_cast<unsigned>(depth),
                                   pod_init::BackendChoice::Auto);
     length = std::min(length, reader.size() > offset ? reader.size() - offset : 0);
     constexpr size_t kChunk = 8 << 20;
     pod_init::AlignedBuffer buffer(kChunk);
-    if (buffer.data() == nullptr) throw pod_init::SysError(ENOMEM, path);
+    if (buffer.data() == nullptr) throw pod_init::SysError(ENOMEM, "allocate a read buffer");
     pod_init::Sha256 sha;
     const uint64_t start = pod_init::monotonic_ns();
     uint64_t done = 0;
@@ -206,10 +235,39 @@ int run_read(const std::vector<std::string>& args) {
         sha.hex_digest().c_str(), reader.direct() ? "direct" : "buffered", reader.block_size(),
         reader.backend().c_str(), seconds > 0 ? static_cast<double>(done) / seconds / 1e6 : 0.0);
     return kExitOk;
-  } catch (const pod_init::SysError& e) {
-    std::fprintf(stderr, "pod-init: %s\n", e.what());
-    return kExitFindings;
+  });
+}
+
+int run_modules(const std::vector<std::string>& args) {
+  std::string release_dir;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--release-dir") {
+      if (i + 1 >= args.size() || args[i + 1].empty()) {
+        return usage_error("--release-dir needs a directory");
+      }
+      release_dir = args[++i];
+    } else if (args[i] == "-h" || args[i] == "--help") {
+      std::fputs(kUsage, stdout);
+      return kExitOk;
+    } else if (!args[i].empty() && args[i][0] != '-') {
+      names.push_back(args[i]);
+    } else {
+      return usage_error("modules: unknown argument '" + args[i] + "'");
+    }
   }
+  if (names.empty()) return usage_error("modules needs at least one module NAME");
+  if (release_dir.empty()) {
+    utsname uts{};
+    uname(&uts);
+    release_dir = std::string("/lib/modules/") + uts.release;
+  }
+  return reporting_errors([&] {
+    for (const std::string& line : pod_init::module_dep_lines(release_dir, names)) {
+      std::printf("%s\n", line.c_str());
+    }
+    return kExitOk;
+  });
 }
 
 // `pod-init [--grace S] -- COMMAND...`: tini's job. PID 1 of a container's
@@ -238,12 +296,7 @@ int run_wrapper(const std::vector<std::string>& args) {
                    pod_init::errno_text(-rc).c_str());
     }
   }
-  try {
-    return pod_init::supervise(options);
-  } catch (const pod_init::SysError& e) {
-    std::fprintf(stderr, "pod-init: %s\n", e.what());
-    return kExitFindings;
-  }
+  return reporting_errors([&] { return pod_init::supervise(options); });
 }
 
 }  // namespace
@@ -258,6 +311,7 @@ int main(int argc, char** argv) {
   if (command == "topo") return run_topo(args);
   if (command == "nccl") return run_nccl(args);
   if (command == "read") return run_read(args);
+  if (command == "modules") return run_modules(args);
   if (command == "-h" || command == "--help") {
     std::fputs(kUsage, stdout);
     return kExitOk;

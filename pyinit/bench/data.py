@@ -23,12 +23,11 @@ from types import ModuleType
 import numpy as np
 import torch
 
-from pyinit import _kernels, data, sharder
 from pyinit.bench.io import drop_caches, parse_size
 from pyinit.bench.plotting import pyplot
-from pyinit.data import TokenShardDataset
+from pyinit.data import TokenShardDataset, _kernels, sharder
+from pyinit.data.shard_format import HEADER_BYTES, ShardWriter, read_header
 from pyinit.jsonfile import write_json
-from pyinit.shards import HEADER_BYTES, ShardWriter, read_header
 
 VOCAB = 50257  # GPT-2's: uint16 tokens, as nanoGPT stores them
 
@@ -119,7 +118,7 @@ def loader_rounds(paths: list[str], args: argparse.Namespace, cold_ok: bool) -> 
 
 
 def kernels_source() -> ModuleType:
-    """pyinit/_kernels.py run as plain Python: the same loops, not compiled."""
+    """pyinit/data/_kernels.py run as plain Python: the same loops, not compiled."""
     path = Path(_kernels.__file__).with_name("_kernels.py")
     spec = importlib.util.spec_from_file_location("pyinit_kernels_source", path)
     module = importlib.util.module_from_spec(spec)
@@ -163,7 +162,7 @@ def window_kernel_cost(paths: list[str], args: argparse.Namespace) -> dict:
     dataset = TokenShardDataset(paths, args.seq_len, 0, 1, batch_size=args.batch)
     out = {}
     for name, module in (("compiled", _kernels), ("plain Python", kernels_source())):
-        data._kernels = module
+        dataset._kernels = module
         try:
             count = 2000 if module is _kernels else 20
             start = time.perf_counter()
@@ -171,7 +170,7 @@ def window_kernel_cost(paths: list[str], args: argparse.Namespace) -> dict:
                 dataset.windows(b)
             out[name] = (time.perf_counter() - start) / count * 1e6
         finally:
-            data._kernels = _kernels
+            dataset._kernels = _kernels
     return out
 
 

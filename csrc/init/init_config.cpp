@@ -1,0 +1,151 @@
+#include "init/init_config.hpp"
+
+#include "common/line_input.hpp"
+#include "common/sysfs.hpp"
+
+namespace pod_init {
+
+namespace {
+
+constexpr std::string_view kPrefix = "podinit.";
+
+std::vector<std::string> split_on(std::string_view text, char separator) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(separator, start);
+    if (end == std::string_view::npos) end = text.size();
+    if (end > start) parts.emplace_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return parts;
+}
+
+// Returns "" when the value was taken, else what is wrong with it.
+std::string apply_one(const std::string& key, const std::string& value, InitConfig* config) {
+  if (key == "cmd") {
+    config->command = split_cmdline(value);
+    return config->command.empty() ? "podinit.cmd= is empty" : "";
+  }
+  if (key == "modules" || key == "wait") {
+    (key == "modules" ? config->modules : config->wait) = split_on(value, ',');
+    return "";
+  }
+  if (key == "hostname") {
+    if (value.empty() || value.size() > 64) return "podinit.hostname= must be 1 to 64 characters";
+    config->hostname = value;
+    return "";
+  }
+  if (key == "data" || key == "root") {
+    if (value.empty()) return "podinit." + key + "= is empty";
+    (key == "data" ? config->data : config->root) = value;
+    return "";
+  }
+  if (key == "expect_gpus" || key == "grace") {
+    auto number = sysfs::parse_int(value);
+    long max = key == "grace" ? 3600 : 4096;
+    if (!number || *number < 0 || *number > max) {
+      return "podinit." + key + "= needs a whole number from 0 to " + std::to_string(max) +
+             ", not '" + value + "'";
+    }
+    if (key == "grace") {
+      config->grace_s = static_cast<unsigned>(*number);
+    } else {
+      config->expect_gpus = static_cast<int>(*number);
+    }
+    return "";
+  }
+  if (key == "end") {
+    if (value == "poweroff") {
+      config->end = EndAction::Poweroff;
+    } else if (value == "reboot") {
+      config->end = EndAction::Reboot;
+    } else if (value == "halt") {
+      config->end = EndAction::Halt;
+    } else {
+      return "podinit.end= must be poweroff, reboot or halt, not '" + value + "'";
+    }
+    return "";
+  }
+  return "unknown parameter podinit." + key +
+         " (known: cmd, modules, wait, hostname, data, root, expect_gpus, end, grace)";
+}
+
+// "podinit.key=value" → apply; a word without '=' is an error too.
+std::string apply_word(const std::string& word, InitConfig* config) {
+  size_t equals = word.find('=');
+  if (equals == std::string::npos) return "podinit parameter without a value: '" + word + "'";
+  return apply_one(word.substr(kPrefix.size(), equals - kPrefix.size()), word.substr(equals + 1),
+                   config);
+}
+
+}  // namespace
+
+std::vector<std::string> split_cmdline(std::string_view text) {
+  std::vector<std::string> words;
+  std::string word;
+  bool quoted = false, in_word = false;
+  for (char c : text) {
+    if (c == '"') {
+      quoted = !quoted;
+      in_word = true;
+    } else if (!quoted && (c == ' ' || c == '\t' || c == '\n')) {
+      if (in_word) words.push_back(word);
+      word.clear();
+      in_word = false;
+    } else {
+      word += c;
+      in_word = true;
+    }
+  }
+  if (in_word) words.push_back(word);
+  return words;
+}
+
+void apply_init_params(const std::vector<std::string>& words, const std::string& source,
+                       InitConfig* config, std::vector<std::string>* errors) {
+  for (size_t i = 0; i < words.size(); ++i) {
+    if (words[i] == "--") {
+      config->command.assign(words.begin() + static_cast<long>(i) + 1, words.end());
+      return;
+    }
+    if (words[i].rfind(kPrefix, 0) != 0) continue;
+    std::string problem = apply_word(words[i], config);
+    if (!problem.empty()) errors->push_back(source + ": " + problem);
+  }
+}
+
+void apply_init_file(std::string_view text, const std::string& path, InitConfig* config,
+                     std::vector<std::string>* errors) {
+  for_each_line(text, [&](int number, std::string_view line) {
+    line = line.substr(0, line.find('#'));
+    while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\t' || line.back() == '\r')) {
+      line.remove_suffix(1);
+    }
+    if (line.empty()) return 0;
+    std::string where = path + ":" + std::to_string(number);
+    if (line.rfind(kPrefix, 0) != 0 || line.find('=') == std::string_view::npos) {
+      errors->push_back(where + ": expected podinit.KEY=VALUE, got '" + std::string(line) + "'");
+      return 0;
+    }
+    // The value is the rest of the line, so podinit.cmd= needs no quotes here.
+    std::string problem = apply_word(std::string(line), config);
+    if (!problem.empty()) errors->push_back(where + ": " + problem);
+    return 0;
+  });
+}
+
+const char* end_action_name(EndAction action) {
+  switch (action) {
+    case EndAction::Poweroff:
+      return "poweroff";
+    case EndAction::Reboot:
+      return "reboot";
+    case EndAction::Halt:
+      return "halt";
+  }
+  return "poweroff";
+}
+
+}  // namespace pod_init

@@ -1,0 +1,162 @@
+#include "init/supervisor.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/clock.hpp"
+#include "common/error.hpp"
+
+namespace pod_init {
+
+namespace {
+
+constexpr int kForwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGQUIT, SIGWINCH};
+
+int exit_code(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+// Signals arrive by sigtimedwait, never by handlers: blocked ones are queued
+// for us even as PID 1 of a namespace, where unhandled ones would be dropped.
+sigset_t supervised_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGCHLD);
+  for (int sig : kForwarded) sigaddset(&set, sig);
+  return set;
+}
+
+[[noreturn]] void exec_child(const SupervisorOptions& options, const sigset_t& parent_mask,
+                             int report_fd) {
+  sigprocmask(SIG_SETMASK, &parent_mask, nullptr);
+  if (options.before_exec) options.before_exec();
+  std::vector<char*> argv;
+  for (const std::string& arg : options.command) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  execvp(argv[0], argv.data());
+  int err = errno;
+  ssize_t ignored = write(report_fd, &err, sizeof err);
+  (void)ignored;
+  _exit(err == ENOENT || err == ENOTDIR ? 127 : 126);
+}
+
+}  // namespace
+
+int become_subreaper() { return prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 ? 0 : -errno; }
+
+int supervise(const SupervisorOptions& options) {
+  auto log = [&](const std::string& line) {
+    if (options.log) options.log(line);
+  };
+  if (options.command.empty()) {
+    log("no command to run");
+    return 127;
+  }
+  sigset_t set = supervised_signals(), parent_mask;
+  sigprocmask(SIG_BLOCK, &set, &parent_mask);
+  auto fail = [&](const char* what) {
+    int err = errno;
+    sigprocmask(SIG_SETMASK, &parent_mask, nullptr);
+    throw SysError(err, what);
+  };
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0) fail("pipe");
+  pid_t child = fork();
+  if (child < 0) {
+    int err = errno;
+    close(report[0]);
+    close(report[1]);
+    errno = err;
+    fail("fork");
+  }
+  if (child == 0) exec_child(options, parent_mask, report[1]);
+  close(report[1]);
+  int exec_errno = 0;
+  ssize_t got;
+  do {
+    got = read(report[0], &exec_errno, sizeof exec_errno);
+  } while (got < 0 && errno == EINTR);
+  close(report[0]);
+  if (got == static_cast<ssize_t>(sizeof exec_errno)) {
+    log("cannot run '" + options.command[0] + "': " + errno_text(exec_errno));
+  }
+
+  uint64_t kill_at = 0;  // when a forwarded TERM/INT runs out of grace; 0: none pending
+  int status = 0;
+  bool ended = false;
+  while (!ended) {
+    uint64_t now = monotonic_ms();
+    uint64_t wait_ms = 1000;
+    if (kill_at != 0) wait_ms = kill_at > now ? std::min<uint64_t>(kill_at - now, 1000) : 0;
+    timespec timeout{static_cast<time_t>(wait_ms / 1000),
+                     static_cast<long>(wait_ms % 1000) * 1000000L};
+    siginfo_t info{};
+    int sig = sigtimedwait(&set, &info, &timeout);
+    if (sig > 0 && sig != SIGCHLD) {
+      kill(child, sig);
+      if ((sig == SIGTERM || sig == SIGINT) && kill_at == 0) {
+        kill_at = monotonic_ms() + options.grace_ms;
+        log(std::string("forwarded ") + sigabbrev_np(sig) + " to the command; KILL in " +
+            std::to_string(options.grace_ms) + " ms if it has not ended");
+      }
+    }
+    // Reap everything that ended: the command, and orphans that re-parented here.
+    for (;;) {
+      int reaped_status = 0;
+      pid_t pid = waitpid(-1, &reaped_status, WNOHANG);
+      if (pid <= 0) break;
+      if (pid == child) {
+        status = reaped_status;
+        ended = true;
+      }
+    }
+    if (!ended && kill_at != 0 && monotonic_ms() >= kill_at) {
+      log("the command did not end within the grace period: sending KILL");
+      kill(child, SIGKILL);
+      kill_at = 0;
+    }
+  }
+  sigprocmask(SIG_SETMASK, &parent_mask, nullptr);
+  return exit_code(status);
+}
+
+int end_all_processes(unsigned grace_ms, const InitLog& log) {
+  auto reap_all = [] {
+    int reaped = 0;
+    while (waitpid(-1, nullptr, WNOHANG) > 0) ++reaped;
+    return reaped;
+  };
+  auto none_left = [] {
+    errno = 0;
+    return waitpid(-1, nullptr, WNOHANG) < 0 && errno == ECHILD;
+  };
+  reap_all();
+  if (none_left()) return 0;
+  kill(-1, SIGTERM);
+  uint64_t deadline = monotonic_ms() + grace_ms;
+  while (monotonic_ms() < deadline) {
+    reap_all();
+    if (none_left()) return 0;
+    usleep(10000);
+  }
+  if (log) log("processes left after the grace period: sending KILL");
+  kill(-1, SIGKILL);
+  int killed = 0;
+  while (waitpid(-1, nullptr, 0) > 0) ++killed;
+  return killed;
+}
+
+}  // namespace pod_init

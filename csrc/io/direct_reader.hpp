@@ -1,0 +1,114 @@
+// The O_DIRECT reader: reads of any offset and length from one or more files
+// or raw block devices (the shards of a data set: one batch may touch many),
+// served by aligned reads (straight into the caller's memory when it
+// is aligned, else through bounce slots), with a deep queue on io_uring or a
+// pread pool. Rings, pools and threads belong to one process: a forked child
+// builds its own on first use. An io_uring ring serves one thread at a time: a
+// call from another thread builds a new one.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "io/aligned_buffer.hpp"
+#include "io/detail/direct_file.hpp"
+#include "io/detail/io_backend.hpp"
+#include "io/detail/resident_map.hpp"
+#include "io/latency_histogram.hpp"
+
+namespace pod_init {
+
+enum class BackendChoice { Auto, IoUring, Pread };
+
+struct ReaderStats {
+  uint64_t reads = 0;             // requests: one per read()/read_into(), one per read_batch() row
+  uint64_t bytes = 0;             // bytes handed to the caller
+  uint64_t ios = 0;               // reads issued to the kernel
+  uint64_t page_cache_reads = 0;  // requests copied from resident pages instead
+  LatencyHistogram io_latency;    // submit to completion of each of those
+};
+
+class DirectReader {
+ public:
+  static constexpr uint32_t kMaxIo = 1 << 20;       // largest single read issued
+  static constexpr uint32_t kSlotSize = 128 << 10;  // one bounce slot
+  static constexpr uint64_t kLargeRead = 64 << 20;  // read() checks the size above this
+
+  // Opens every path and sets up the backend in this process. Throws SysError
+  // (with the path) when a file or the chosen backend cannot be used and
+  // InputError for no paths or a queue depth outside 1..4096. With
+  // `page_cache`, batch rows whose pages are all resident are copied from
+  // the page cache (see ResidentMap) and only the rest are read directly.
+  DirectReader(std::vector<std::string> paths, unsigned queue_depth, BackendChoice backend,
+               bool page_cache = false);
+  DirectReader(std::string path, unsigned queue_depth, BackendChoice backend)
+      : DirectReader(std::vector<std::string>{std::move(path)}, queue_depth, backend) {}
+  ~DirectReader();
+  DirectReader(const DirectReader&) = delete;
+  DirectReader& operator=(const DirectReader&) = delete;
+
+  size_t file_count() const { return paths_.size(); }
+  const std::string& path(size_t file = 0) const { return paths_.at(file); }
+  uint64_t size(size_t file = 0) const { return files_.at(file).size; }  // at open
+  // The strictest alignment over the files: what a caller must meet for all.
+  uint32_t block_size() const;
+  uint32_t memory_alignment() const;
+  bool direct() const;  // every file takes O_DIRECT
+  bool page_cache() const { return page_cache_; }
+  unsigned queue_depth() const { return depth_; }
+  std::string backend() const;
+  // Why auto chose pread, or what io_uring runs without; "" when nothing to say.
+  std::string backend_note() const;
+
+  struct Span {
+    AlignedBuffer buffer;  // the aligned superset that was read
+    size_t head = 0;       // where the requested bytes start in it
+    size_t length = 0;     // how many of them there are (short at end of file)
+  };
+  Span read(uint64_t offset, uint64_t length, uint32_t file = 0);
+  // Reads length bytes at offset into dst; returns the bytes read (short at end of file).
+  size_t read_into(uint8_t* dst, size_t length, uint64_t offset, uint32_t file = 0);
+  // Row i holds the length bytes at offsets[i] of file files[i] (of file 0 when
+  // `files` is empty); every window must lie inside its file.
+  AlignedBuffer read_batch(const std::vector<uint64_t>& offsets, size_t length,
+                           const std::vector<uint32_t>& files = {});
+  // The same into the caller's rows (offsets.size() x length bytes at dst), so a
+  // loop can reuse one buffer (pinned memory, say) instead of faulting in new pages.
+  void read_batch_into(const std::vector<uint64_t>& offsets, size_t length, uint8_t* dst,
+                       const std::vector<uint32_t>& files = {});
+
+  ReaderStats stats() const;
+  void close();
+  bool closed() const { return files_.empty() || files_[0].fd < 0; }
+
+ private:
+  struct Piece;
+  void check_open(uint32_t file) const;
+  static void check_range(uint64_t offset, uint64_t length);
+  void check_window(uint32_t file, uint64_t offset, uint64_t length);
+  void ensure_backend();  // call with mutex_ held
+  void plan(uint32_t file, uint64_t offset, uint64_t length, uint8_t* dst, bool dst_is_span,
+            std::vector<Piece>* pieces);
+  void run(std::vector<Piece>* pieces);
+  static uint64_t contiguous_bytes(const std::vector<Piece>& pieces);
+
+  std::vector<std::string> paths_;
+  unsigned depth_;
+  BackendChoice choice_;
+  bool page_cache_;
+  std::vector<DirectFile> files_;
+  std::vector<ResidentMap> resident_;  // one per file, with page_cache_
+  mutable std::mutex mutex_;
+  uint64_t fork_generation_ = 0;  // the process generation the members below belong to
+  std::unique_ptr<BufferPool> pool_;
+  std::unique_ptr<IoBackend> backend_;
+  std::thread::id backend_thread_;  // the thread that made backend_
+  std::string backend_note_;
+  ReaderStats stats_;
+};
+
+}  // namespace pod_init

@@ -1,0 +1,220 @@
+#include "nccl/hostfile.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "common/error.hpp"
+#include "common/line_input.hpp"
+#include "common/sysfs.hpp"
+#include "nccl/netif.hpp"
+
+namespace pod_init {
+
+namespace {
+
+std::string_view trim(std::string_view text) {
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t' || text.back() == '\r')) {
+    text.remove_suffix(1);
+  }
+  return text;
+}
+
+bool valid_name(std::string_view name) {
+  return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '.' || c == '_' || c == ':';  // ':' for IPv6 literals
+  });
+}
+
+// Splits at commas outside brackets.
+std::vector<std::string_view> split_top_level(std::string_view list) {
+  std::vector<std::string_view> items;
+  int depth = 0;
+  size_t start = 0;
+  for (size_t i = 0; i <= list.size(); ++i) {
+    if (i == list.size() || (list[i] == ',' && depth == 0)) {
+      items.push_back(list.substr(start, i - start));
+      start = i + 1;
+    } else if (list[i] == '[') {
+      ++depth;
+    } else if (list[i] == ']') {
+      --depth;
+    }
+  }
+  return items;
+}
+
+// Expands "a[1-3,7]b[..]" recursively, bracket group by bracket group.
+int expand_item(std::string_view item, std::vector<std::string>* names, LineError* error) {
+  size_t open = item.find('[');
+  if (open == std::string_view::npos) {
+    if (item.find(']') != std::string_view::npos || !valid_name(item)) {
+      return fail_line(error, 0, "bad node name '" + std::string(item) + "'");
+    }
+    names->emplace_back(item);
+    return 0;
+  }
+  size_t close = item.find(']', open);
+  if (close == std::string_view::npos) {
+    return fail_line(error, 0, "unclosed '[' in '" + std::string(item) + "'");
+  }
+  std::string prefix(item.substr(0, open));
+  std::string_view ranges = item.substr(open + 1, close - open - 1);
+  std::string_view rest = item.substr(close + 1);
+  if (ranges.empty()) return fail_line(error, 0, "empty range in '" + std::string(item) + "'");
+  for (std::string_view range : split_top_level(ranges)) {
+    size_t dash = range.find('-');
+    std::string_view low_text = range.substr(0, dash);
+    std::string_view high_text = dash == std::string_view::npos ? low_text : range.substr(dash + 1);
+    auto low = sysfs::parse_int(low_text);
+    auto high = sysfs::parse_int(high_text);
+    if (!low || !high || *low < 0 || *high < *low || *high - *low > 100000) {
+      return fail_line(error, 0,
+                       "bad range '" + std::string(range) + "' in '" + std::string(item) + "'");
+    }
+    for (int64_t n = *low; n <= *high; ++n) {
+      std::string digits = std::to_string(n);
+      // Zero padding follows the written lower bound: node[01-10] -> node01 ... node10.
+      if (digits.size() < low_text.size()) digits.insert(0, low_text.size() - digits.size(), '0');
+      int rc = expand_item(prefix + digits + std::string(rest), names, error);
+      if (rc < 0) return rc;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string canonical_address(std::string_view text) {
+  std::string copy(text);
+  char out[INET6_ADDRSTRLEN];
+  in_addr v4{};
+  in6_addr v6{};
+  if (inet_pton(AF_INET, copy.c_str(), &v4) == 1) {
+    return inet_ntop(AF_INET, &v4, out, sizeof out) ? out : "";
+  }
+  if (inet_pton(AF_INET6, copy.c_str(), &v6) == 1) {
+    return inet_ntop(AF_INET6, &v6, out, sizeof out) ? out : "";
+  }
+  return "";
+}
+
+int parse_hostfile(std::string_view text, bool allow_names, std::vector<HostEntry>* hosts,
+                   LineError* error) {
+  hosts->clear();
+  int rc = for_each_fields_line(text, [&](int line_no, const std::vector<std::string>& fields) {
+    int slots = 0;
+    for (size_t i = 1; i < fields.size(); ++i) {
+      const std::string& extra = fields[i];
+      if (extra.rfind("slots=", 0) != 0) {
+        return fail_line(error, line_no, "unexpected '" + extra + "' (expected slots=N)");
+      }
+      auto value = sysfs::parse_int(extra.substr(6));
+      if (!value || *value < 1 || *value > 4096) {
+        return fail_line(error, line_no,
+                         "slots must be a whole number from 1 to 4096: '" + extra + "'");
+      }
+      slots = static_cast<int>(*value);
+    }
+    // A line may hold a compressed list (`10.0.0.[1-4]`, `gpu[01-08]`): one host each.
+    std::vector<std::string> names;
+    if (expand_nodelist(fields[0], &names, error) < 0) {
+      return fail_line(error, line_no, error->message);
+    }
+    for (const std::string& host : names) {
+      HostEntry entry{canonical_address(host), slots, line_no};
+      if (entry.address.empty()) {
+        if (!allow_names) {
+          return fail_line(error, line_no, "'" + host + "' is not an IP address (DNS is not used)");
+        }
+        entry.address = host;
+      }
+      for (const HostEntry& seen : *hosts) {
+        if (seen.address == entry.address) {
+          return fail_line(error, line_no,
+                           "duplicate host " + entry.address + " (first on line " +
+                               std::to_string(seen.line) + ")");
+        }
+      }
+      hosts->push_back(entry);
+    }
+    return 0;
+  });
+  if (rc < 0) return rc;
+  if (hosts->empty()) return fail_line(error, 0, "no hosts");
+  return 0;
+}
+
+int expand_nodelist(std::string_view list, std::vector<std::string>* names, LineError* error) {
+  names->clear();
+  list = trim(list);
+  if (list.empty()) return fail_line(error, 0, "empty node list");
+  for (std::string_view item : split_top_level(list)) {
+    int rc = expand_item(trim(item), names, error);
+    if (rc < 0) return rc;
+  }
+  return 0;
+}
+
+int find_own_rank(const std::vector<HostEntry>& hosts,
+                  const std::vector<std::string>& own_addresses, int* rank, LineError* error) {
+  std::vector<size_t> mine;
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    if (std::find(own_addresses.begin(), own_addresses.end(), hosts[i].address) !=
+        own_addresses.end()) {
+      mine.push_back(i);
+    }
+  }
+  if (mine.empty()) {
+    *error = {0, "none of this node's addresses is in the host list"};
+    return -ENOENT;
+  }
+  if (mine.size() > 1) {
+    std::string lines;
+    for (size_t i : mine) lines += (lines.empty() ? "" : ", ") + std::to_string(hosts[i].line);
+    *error = {hosts[mine[1]].line, "this node appears on several lines: " + lines};
+    return -EEXIST;
+  }
+  *rank = static_cast<int>(mine.front());
+  return 0;
+}
+
+std::string hosts_lines(const std::vector<HostEntry>& hosts) {
+  std::string out;
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    out += hosts[i].address + " node-" + std::to_string(i) + "\n";
+  }
+  return out;
+}
+
+NodeList load_node_list(const std::string& path, const std::string& text) {
+  NodeList nodes;
+  nodes.source = path;
+  std::string content = text;
+  if (content.empty()) {
+    int rc = sysfs::read_text(path, &content, 16 << 20);
+    if (rc < 0) throw SysError(-rc, "read", path);
+  }
+  LineError error;
+  if (parse_hostfile(content, false, &nodes.hosts, &error) < 0) {
+    throw InputError(path, error.line, error.message);
+  }
+  std::vector<InterfaceAddress> interfaces;
+  int rc = interface_addresses(&interfaces);
+  if (rc < 0) throw SysError(-rc, "getifaddrs");
+  std::vector<std::string> own;
+  for (const InterfaceAddress& entry : interfaces) own.push_back(entry.address);
+  if (find_own_rank(nodes.hosts, own, &nodes.node_rank, &error) < 0) {
+    throw InputError(path, error.line, error.message);
+  }
+  for (const InterfaceAddress& entry : interfaces) {
+    if (entry.address == nodes.hosts[nodes.node_rank].address) nodes.interface = entry.interface;
+  }
+  return nodes;
+}
+
+}  // namespace pod_init

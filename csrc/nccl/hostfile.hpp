@@ -1,0 +1,54 @@
+// Multi-node host lists without DNS: hostfiles of IP addresses, SLURM's
+// compressed node lists, this node's rank among them, /etc/hosts lines.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/line_input.hpp"
+
+namespace pod_init {
+
+struct HostEntry {
+  std::string address;  // canonical text form of the IP address, or a name when names are allowed
+  int slots = 0;        // 0: not given
+  int line = 0;         // 1-based line in the hostfile
+};
+
+// One host per line: `ADDRESS [slots=N]`, where ADDRESS may be a compressed
+// list (`10.0.0.[1-4]`); `#` starts a comment; blank lines are skipped. Names that are not IP
+// addresses are an error unless `allow_names`. Duplicates are an error. Returns 0 or -EINVAL with
+// `error`.
+int parse_hostfile(std::string_view text, bool allow_names, std::vector<HostEntry>* hosts,
+                   LineError* error);
+
+// "node[01-03,07],gpu-a" -> node01 node02 node03 node07 gpu-a. Several bracket
+// groups in one name expand as a product. Returns 0 or -EINVAL with `error`.
+int expand_nodelist(std::string_view list, std::vector<std::string>* names, LineError* error);
+
+// The index of the one host whose address is among `own_addresses`; -ENOENT
+// when none is, -EEXIST when several are, each with `error` naming the lines.
+int find_own_rank(const std::vector<HostEntry>& hosts,
+                  const std::vector<std::string>& own_addresses, int* rank, LineError* error);
+
+// "ADDRESS node-K" lines, node 0 first: the master is node-0.
+std::string hosts_lines(const std::vector<HostEntry>& hosts);
+
+struct NodeList {
+  std::vector<HostEntry> hosts;  // node 0 (the master) first
+  int node_rank = 0;             // this node's index
+  std::string interface;         // the interface holding this node's address
+  std::string source;            // the hostfile, naming errors about its lines
+};
+
+// The API layer over the above: parses the hostfile (`text`, or read from
+// `path` when empty; names are an error) and finds this node by the addresses
+// of its interfaces. Throws InputError naming the file and line, SysError when
+// the interfaces cannot be listed.
+NodeList load_node_list(const std::string& path, const std::string& text);
+
+// Canonical text of an IPv4/IPv6 address; "" when `text` is not one.
+std::string canonical_address(std::string_view text);
+
+}  // namespace pod_init

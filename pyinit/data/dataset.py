@@ -1,0 +1,283 @@
+"""Token shards into a torch DataLoader: random windows, one deep queue of
+direct reads per batch.
+
+    from pyinit.data import TokenShardDataset
+
+    data = TokenShardDataset("/nvme/shards", seq_len=1024, batch_size=64, seed=0)
+    for x, y in data.loader(num_workers=2):       # (64, 1024) int64 each, y = x shifted by one
+        ...
+        checkpoint["data"] = data.state_dict()     # resume mid-epoch with load_state_dict
+
+An epoch is every window of seq_len + 1 tokens that starts at a multiple of
+seq_len in a shard (so each token is a target once), in an order drawn from
+(seed, epoch). Rank r of R takes the windows at positions r, r + R, ... of
+that order (all ranks the same count, so they step together), cuts them into
+batches, and DataLoader worker w of W takes batches w, w + W, ...: in the
+DataLoader's order the batches are exactly those one process would make, for
+any worker count, which is also what lets a checkpoint resume with another.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from pyinit.data import _kernels
+from pyinit.data.shard_format import HEADER_BYTES, ShardHeader, read_header
+from pyinit.errors import InputError
+from pyinit.io import DirectReader, aligned_empty
+
+STATE_VERSION = 1
+MASK64 = (1 << 64) - 1
+
+
+def shard_paths(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
+    """Shard files from files and folders (a folder gives its shard-*.tok, sorted)."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    found: list[str] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            inside = sorted(path.glob("shard-*.tok"))
+            if not inside:
+                raise InputError(f"{path}: a folder with no shard-*.tok files")
+            found += map(str, inside)
+        else:
+            found.append(str(path))
+    if not found:
+        raise InputError("no shard files given")
+    return found
+
+
+def _distributed_rank() -> tuple[int, int]:
+    """This process's rank and the world size: torch.distributed when it is
+    initialized, else torchrun's RANK and WORLD_SIZE, else a single process."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def _epoch_key(seed: int, epoch: int) -> int:
+    return _kernels.mix64((_kernels.mix64(seed & MASK64) + epoch) & MASK64)
+
+
+class TokenShardDataset(IterableDataset):
+    """Batches of (input, target) windows from token shards written by
+    ``pyinit shard``. Each iteration yields ``(x, y)``: int64 tensors of shape
+    (batch, seq_len), y being x shifted by one token. Use ``DataLoader(dataset,
+    batch_size=None)`` or ``dataset.loader(...)``, which also keeps the resume
+    position when DataLoader workers do the reading.
+
+    Bad shards (bad magic, truncated, a header that disagrees with the file
+    size, shards from different tokenizers) raise InputError (a ValueError)
+    naming the path and the reason.
+    """
+
+    def __init__(
+        self,
+        paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        seq_len: int,
+        rank: int | None = None,
+        world_size: int | None = None,
+        seed: int = 0,
+        batch_size: int = 64,
+        drop_last: bool = False,
+        pin_memory: bool | None = None,
+        queue_depth: int = 64,
+    ):
+        super().__init__()
+        for name, value in (("seq_len", seq_len), ("batch_size", batch_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, not {value!r}")
+        if (rank is None) != (world_size is None):
+            raise ValueError("give both rank and world_size, or neither")
+        if rank is None or world_size is None:
+            rank, world_size = _distributed_rank()
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is outside world_size {world_size}")
+        self.paths = shard_paths(paths)
+        self.headers = [read_header(p) for p in self.paths]
+        _check_same_tokens(self.headers)
+        self.seq_len = seq_len
+        self.rank = rank
+        self.world_size = world_size
+        self.seed = seed
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.pin_memory = pin_memory
+        self.queue_depth = queue_depth
+        self.token_bytes = self.headers[0].token_bytes
+        counts = [max(0, (h.token_count - 1) // seq_len) for h in self.headers]
+        self.shard_ends = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=self.shard_ends[1:])
+        self.window_count = int(self.shard_ends[-1])
+        self.windows_per_rank = self.window_count // world_size
+        if self.windows_per_rank == 0:
+            raise InputError(
+                f"{self.window_count} windows of {seq_len + 1} tokens in {len(self.paths)} "
+                f"shards: too few for {world_size} ranks"
+            )
+        whole, part = divmod(self.windows_per_rank, batch_size)
+        self.batches = whole + (1 if part and not drop_last else 0)
+        self.epoch = 0
+        self.position = 0  # batches handed out in this epoch
+        self._reader: DirectReader | None = None
+        self._rows: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return self.batches
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start ``epoch`` from its first batch (as DistributedSampler.set_epoch)."""
+        self.epoch = int(epoch)
+        self.position = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "position": self.position,
+            "seq_len": self.seq_len,
+            "batch_size": self.batch_size,
+            "world_size": self.world_size,
+            "window_count": self.window_count,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume where ``state`` was taken. ValueError when it was taken with
+        another seed, sequence length, batch size, world size or other shards,
+        under which its position would name other windows."""
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"state version {state.get('version')!r}, expected {STATE_VERSION}")
+        mine = self.state_dict()
+        for key in ("seed", "seq_len", "batch_size", "world_size", "window_count"):
+            if state.get(key) != mine[key]:
+                raise ValueError(
+                    f"cannot resume: the state has {key} {state.get(key)!r}, this data set "
+                    f"{mine[key]!r}"
+                )
+        if not 0 <= state["position"] <= self.batches:
+            raise ValueError(f"position {state['position']} outside 0..{self.batches}")
+        self.epoch = state["epoch"]
+        self.position = state["position"]
+
+    def reader_stats(self) -> dict[str, Any]:
+        """This process's reader stats (reads, ios, page_cache_reads, the IO
+        latency); empty before its first batch."""
+        return self._reader.stats() if self._reader is not None else {}
+
+    def close(self) -> None:
+        """Closes this process's reader (the next batch opens it again)."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spawned workers open their own reader.
+        return {**self.__dict__, "_reader": None, "_rows": None}
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        worker = get_worker_info()
+        first, step = (0, 1) if worker is None else (worker.id, worker.num_workers)
+        for batch in range(self.position + first, self.batches, step):
+            x, y = self.batch(batch)
+            if worker is None:
+                self.position = batch + 1
+            yield x, y
+        if worker is None:
+            self.set_epoch(self.epoch + 1)
+
+    def windows(self, batch: int) -> tuple[np.ndarray, np.ndarray]:
+        """(shard index, first token) of every window of this rank's batch."""
+        first = batch * self.batch_size
+        last = min(first + self.batch_size, self.windows_per_rank)
+        positions = self.rank + self.world_size * np.arange(first, last, dtype=np.int64)
+        shard, local = _kernels.permuted_windows(
+            memoryview(positions),
+            self.window_count,
+            _epoch_key(self.seed, self.epoch),
+            memoryview(self.shard_ends),
+        )
+        return shard, local * self.seq_len
+
+    def batch(self, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Batch number ``batch`` of this rank in the current epoch, read with one read_batch."""
+        shard, start = self.windows(batch)
+        window_bytes = (self.seq_len + 1) * self.token_bytes
+        if self._reader is None:
+            self._reader = DirectReader(self.paths, self.queue_depth, page_cache=True)
+        if self._rows is None or self._rows.shape[0] < len(shard):
+            self._rows = aligned_empty((self.batch_size, window_bytes))
+        rows = self._rows[: len(shard)]
+        self._reader.read_batch(
+            HEADER_BYTES + start * self.token_bytes, window_bytes, out=rows, files=shard
+        )
+        tokens = torch.from_numpy(rows.view(self.headers[0].dtype))
+        pin = self.pin_memory
+        if pin is None:  # workers hand batches to the DataLoader, whose pin_memory pins them
+            pin = torch.cuda.is_available() and get_worker_info() is None
+        shape = (len(shard), self.seq_len)
+        x = torch.empty(shape, dtype=torch.int64, pin_memory=pin)
+        y = torch.empty(shape, dtype=torch.int64, pin_memory=pin)
+        x.copy_(tokens[:, :-1])
+        y.copy_(tokens[:, 1:])
+        return x, y
+
+    def loader(self, num_workers: int = 0, **dataloader_args: Any) -> ShardLoader:
+        return ShardLoader(self, num_workers, **dataloader_args)
+
+
+class ShardLoader:
+    """A DataLoader over the data set that counts the batches it hands out in
+    this process, so ``state_dict()`` is right while workers do the reading."""
+
+    def __init__(self, dataset: TokenShardDataset, num_workers: int = 0, **dataloader_args: Any):
+        if dataloader_args.get("persistent_workers"):
+            raise ValueError(
+                "persistent_workers would keep each worker's epoch and position from the first "
+                "epoch; ShardLoader starts workers per epoch"
+            )
+        if "batch_size" in dataloader_args:
+            raise ValueError("the batch size is the data set's: TokenShardDataset(batch_size=...)")
+        self.dataset = dataset
+        self.num_workers = num_workers
+        self.dataloader_args = dataloader_args
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        data = self.dataset
+        if self.num_workers == 0:
+            yield from data
+            return
+        args = {"pin_memory": torch.cuda.is_available(), **self.dataloader_args}
+        loader = DataLoader(data, batch_size=None, num_workers=self.num_workers, **args)
+        for batch in loader:
+            data.position += 1
+            yield batch
+        data.set_epoch(data.epoch + 1)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.dataset.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.dataset.load_state_dict(state)
+
+
+def _check_same_tokens(headers: list[ShardHeader]) -> None:
+    first = headers[0]
+    for header in headers[1:]:
+        for what in ("token_bytes", "vocab_size", "eot"):
+            if getattr(header, what) != getattr(first, what):
+                raise InputError(
+                    f"{header.path}: {what} {getattr(header, what)} differs from "
+                    f"{getattr(first, what)} in {first.path}: shards of different tokenizers"
+                )

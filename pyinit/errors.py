@@ -1,0 +1,38 @@
+"""What pod-init raises, and the exit status each failure means.
+
+A failing system call is an ``OSError`` of the matching subclass
+(``FileNotFoundError``, ``PermissionError``, ...) with ``filename`` set to the
+path it failed on and a message naming the operation. Bad input (an option, a
+file's content) is an :class:`InputError`, a ``ValueError`` naming the file and
+line. Both commands, ``pod-init`` and ``pyinit``, exit with the statuses below.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILURE = 1  # a system call failed, or the node is unhealthy (an error finding)
+EXIT_USAGE = 2  # bad usage or bad content: the message names the option, file and line
+
+# The table printed by `pyinit --help` and `pod-init --help` and kept in the README
+# (tests/test_errors.py holds all three to this text).
+EXIT_STATUS_HELP = """\
+exit status:
+  0    success
+  1    a system call failed (the message names the file and the errno text), or the
+       node is unhealthy (a finding of severity error, a failed preflight)
+  2    bad usage or bad content (the message names the option, or the file and line)
+  N    a supervised command's own status (pod-init -- CMD, pyinit run); 128+N when
+       signal N ended it, 127 when it was not found, 126 when it could not be run"""
+
+
+class InputError(ValueError):
+    """Bad input from the user: ``str()`` is ``FILE:LINE: message`` (or less
+    where there is no file or line); ``file``, ``line`` and ``message`` keep
+    the parts."""
+
+    def __init__(self, message: str, *, file: str = "", line: int = 0):
+        self.file = file
+        self.line = line
+        self.message = message
+        where = f"{file}:{line}: " if file and line else f"{file}: " if file else ""
+        super().__init__(where + message)

@@ -1,0 +1,377 @@
+"""``pyinit run``: check the node, configure NCCL, start torchrun with the
+right node rank and master, forward signals, report how it ended.
+
+    pyinit run --hostfile hosts -- train.py --steps 1000
+
+The nodes come from, in order: ``--hostfile`` (IP addresses, node 0 is the
+master; this node found by its own addresses), SLURM (``SLURM_JOB_NODELIST``,
+``SLURM_NODEID``, ``SLURM_NNODES``), ``MASTER_ADDR`` with ``NODE_RANK`` and
+``NNODES`` (or ``WORLD_SIZE``), else this node alone. torchrun runs with a
+static rendezvous at the master; its workers run the script through
+``pyinit.worker``, which records the script's own exit status.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import IO, Any
+
+from pyinit import _native
+from pyinit.errors import InputError
+from pyinit.run.preflight import PREFLIGHT_MODES, preflight
+
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# torchrun gives its workers 30 s after a TERM before it KILLs them; wait past that.
+TORCHRUN_GRACE_S = 30.0
+ESCALATE_AFTER_S = TORCHRUN_GRACE_S + 10.0
+EXIT_PREFLIGHT = 1
+LIVENESS_LINGER_S = 3.0
+PR_SET_CHILD_SUBREAPER = 36
+
+
+@dataclass(frozen=True)
+class Nodes:
+    count: int
+    rank: int
+    master: str
+    source: str  # hostfile, slurm, environment, single
+    addresses: tuple[str, ...] = ()  # every node's address, when known
+    interface: str = ""  # the one holding this node's address (hostfile only)
+    # The hostfile's node list as the core loaded it, handed to the NCCL builder as it is.
+    native: Any = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "native"}
+
+
+class EventLog:
+    """JSON Lines, one object per event, flushed as written."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._file: IO[str] = open(path, "a", encoding="utf-8")  # noqa: SIM115
+        self._lock = threading.Lock()
+
+    def write(self, event: str, **fields: Any) -> None:
+        line = json.dumps({"time": time.time(), "event": event, **fields}, default=str)
+        with self._lock:
+            self._file.write(line + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def find_nodes(hostfile: str | None, env: Mapping[str, str]) -> Nodes:
+    if hostfile:
+        from pyinit.nccl import load_nodes
+
+        native = load_nodes(hostfile)  # read and resolved once for the whole run
+        addresses = tuple(native.addresses)
+        return Nodes(len(addresses), native.node_rank, addresses[0], "hostfile", addresses,
+                     native.interface, native)  # fmt: skip
+    if "SLURM_JOB_NODELIST" in env:
+        names = _native.expand_nodelist(env["SLURM_JOB_NODELIST"])
+        count = _int_env(env, "SLURM_NNODES", len(names))
+        rank = _int_env(env, "SLURM_NODEID", 0)
+        _check_rank(rank, count, "SLURM_NODEID")
+        return Nodes(count, rank, names[0], "slurm", tuple(names))
+    if "MASTER_ADDR" in env:
+        count = _int_env(env, "NNODES", _int_env(env, "WORLD_SIZE", 1))
+        rank = _int_env(env, "NODE_RANK", _int_env(env, "GROUP_RANK", 0))
+        _check_rank(rank, count, "NODE_RANK")
+        return Nodes(count, rank, env["MASTER_ADDR"], "environment")
+    return Nodes(1, 0, "127.0.0.1", "single", ("127.0.0.1",))
+
+
+def _int_env(env: Mapping[str, str], key: str, default: int) -> int:
+    if key not in env:
+        return default
+    try:
+        return int(env[key])
+    except ValueError:
+        raise InputError(f"{key}={env[key]!r} is not a whole number") from None
+
+
+def _check_rank(rank: int, count: int, key: str) -> None:
+    if count < 1 or not 0 <= rank < count:
+        raise InputError(f"{key}={rank} does not fit {count} nodes")
+
+
+def torchrun_command(nodes: Nodes, nproc: int, port: int, restarts: int, status_dir: Path,
+                     script: str, args: Sequence[str]) -> list[str]:  # fmt: skip
+    return [
+        sys.executable, "-m", "torch.distributed.run",
+        "--nnodes", str(nodes.count), "--node-rank", str(nodes.rank),
+        "--master-addr", nodes.master, "--master-port", str(port),
+        "--nproc-per-node", str(nproc), "--max-restarts", str(restarts),
+        # -P: the working directory stays off sys.path, so a checkout of pod-init
+        # there cannot shadow the installed package (python -m would put it first).
+        "--no-python", sys.executable, "-P", "-m", "pyinit.run.worker", str(status_dir),
+        script, *args,
+    ]  # fmt: skip
+
+
+class Liveness:
+    """A TCP port on this node that answers while `pyinit run` lives, so the
+    other nodes can tell which node went away when a run fails."""
+
+    def __init__(self, address: str, port: int):
+        self.port = port
+        self._sock = socket.create_server((address, port), reuse_port=False)
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.sendall(b"alive\n")
+
+    @staticmethod
+    def unreachable(addresses: Sequence[str], own_rank: int, port: int) -> list[int]:
+        lost = []
+        for rank, address in enumerate(addresses):
+            if rank == own_rank:
+                continue
+            try:
+                with socket.create_connection((address, port), timeout=2) as conn:
+                    conn.recv(16)
+            except OSError:
+                lost.append(rank)
+        return lost
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def _become_subreaper() -> None:
+    # Workers torchrun leaves behind re-parent here, where they can be found and ended.
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _end_survivors() -> int:
+    """KILLs and reaps every process still parented to us; returns how many."""
+    me = os.getpid()
+    killed = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me:
+            try:
+                os.kill(int(stat.parent.name), signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+    while True:
+        try:
+            if os.waitpid(-1, 0)[0] <= 0:
+                break
+        except ChildProcessError:
+            break
+    return killed
+
+
+def _worker_status(status_dir: Path) -> int | None:
+    """The first failing rank's own exit status, if a worker recorded one."""
+    codes = []
+    for path in status_dir.glob("rank-*.json"):
+        record = json.loads(path.read_text())
+        if record["exit"] != 0:
+            codes.append((record["rank"], record["exit"]))
+    return min(codes)[1] if codes else None
+
+
+def run(
+    script: str,
+    args: Sequence[str],
+    *,
+    hostfile: str | None = None,
+    nproc_per_node: str = "auto",
+    master_port: int = 29500,
+    max_restarts: int = 0,
+    preflight_mode: str = "warn",
+    expect_gpus: int | None = None,
+    run_dir: str | None = None,
+    monitor_interval: float = 5.0,
+    sysfs_root: str = "/sys",
+    rescan: bool = False,
+    boot_state: str = "/run/pod-init",
+    nvml_backend: Any = None,
+    out: IO[str] = sys.stderr,
+) -> int:
+    """Runs SCRIPT under torchrun on this node; returns the exit status."""
+    started = time.monotonic()
+    if not Path(script).is_file():
+        raise InputError(f"{script}: no such script")
+    if importlib.util.find_spec("torch") is None:
+        raise InputError("pyinit run starts torchrun, which needs torch: pip install torch")
+    if preflight_mode not in PREFLIGHT_MODES:
+        raise InputError(f"--preflight must be warn, strict or off, not {preflight_mode!r}")
+    nodes = find_nodes(hostfile, os.environ)
+    folder = Path(run_dir or f"pyinit-run/node{nodes.rank}")
+    log = EventLog(folder / "events.jsonl")
+    log.write("start", argv=sys.argv, nodes=nodes.to_dict(), pid=os.getpid())
+    node = preflight(preflight_mode, sysfs_root=sysfs_root, expect_gpus=expect_gpus,
+                     rescan=rescan, state_dir=boot_state, nvml_backend=nvml_backend)  # fmt: skip
+    problems, gpus = node.problems, node.gpus
+    for p in problems:
+        if p.severity != "info":
+            print(f"pyinit run: preflight {p.severity} {p.code} {p.device}: {p.message}", file=out)
+    log.write("preflight", mode=preflight_mode, gpus=gpus, topology=node.source,
+              problems=[asdict(p) for p in problems])  # fmt: skip
+    if preflight_mode == "strict" and any(p.severity == "error" for p in problems):
+        log.write("end", status=EXIT_PREFLIGHT, reason="preflight errors (strict)")
+        print("pyinit run: preflight found errors; not starting (--preflight strict)", file=out)
+        return EXIT_PREFLIGHT
+    nproc = _nproc(nproc_per_node, gpus)
+    env = dict(os.environ, PYINIT_RUN_DIR=str(folder.resolve()))
+    if nodes.interface and "GLOO_SOCKET_IFNAME" not in env:
+        # Gloo finds its interface through the host name (DNS or /etc/hosts); the
+        # hostfile already says which address this node is.
+        env["GLOO_SOCKET_IFNAME"] = nodes.interface
+    if gpus and node.boot_state is not None and node.boot_state.nccl_dir and nodes.count == 1:
+        # PID 1 configured NCCL for this boot and this single node: use its files as they are.
+        env.update(node.boot_state.nccl_env)
+        log.write("nccl", reused=str(node.boot_state.nccl_dir), env=node.boot_state.nccl_env)
+    elif gpus:
+        from pyinit.nccl import configure
+
+        config = configure(topology=node.topology, nodes=nodes.native,
+                           out_dir=str(folder / "nccl"), nvml=node.nvml)  # fmt: skip
+        config.write()
+        env.update(config.env)
+        log.write("nccl", files=sorted(config.files), env=config.env)
+    status_dir = folder / "status"
+    status_dir.mkdir(parents=True, exist_ok=True)
+    for stale in [*status_dir.glob("rank-*.json"), *status_dir.glob("attempt-*")]:
+        stale.unlink()
+    command = torchrun_command(nodes, nproc, master_port, max_restarts, status_dir, script, args)
+    liveness = None
+    if nodes.count > 1 and nodes.source == "hostfile":
+        liveness = Liveness(nodes.addresses[nodes.rank], master_port + 1)
+    _become_subreaper()
+    forwarded: list[int] = []
+
+    def forward(sig: int, _frame: Any) -> None:
+        if not forwarded:
+            log.write("signal", signal=signal.Signals(sig).name)
+        forwarded.append(sig)
+        os.kill(proc.pid, sig)
+
+    monitor = None
+    if monitor_interval > 0:
+        # The golden metrics beside the run, in the run's folder.
+        monitor = subprocess.Popen(
+            [sys.executable, "-P", "-m", "pyinit.cli", "monitor", "--interval",
+             str(monitor_interval), "--out", str(folder / "monitor.jsonl")],
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+    proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, errors="replace")
+    log.write("spawn", command=command, pid=proc.pid,
+              seconds_since_start=round(time.monotonic() - started, 4))  # fmt: skip
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+    relay = threading.Thread(target=_relay, args=(proc.stderr, out), daemon=True)
+    relay.start()
+    try:
+        escalate_at = None
+        restarts = _RestartWatch(status_dir, log)
+        while proc.poll() is None:
+            restarts.check()
+            if forwarded and escalate_at is None:
+                escalate_at = time.monotonic() + ESCALATE_AFTER_S
+            if escalate_at is not None and time.monotonic() > escalate_at:
+                log.write("escalate", reason=f"torchrun still running {ESCALATE_AFTER_S:.0f} s "
+                          "after the signal")  # fmt: skip
+                proc.kill()
+            time.sleep(0.05)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    relay.join(timeout=5)
+    restarts.check()  # an attempt that began and ended between two looks
+    if monitor is not None:
+        monitor.terminate()
+        monitor.wait()
+    survivors = _end_survivors()
+    status = _exit_status(proc.returncode, forwarded, _worker_status(status_dir))
+    fields: dict[str, Any] = {"status": status, "torchrun_returncode": proc.returncode,
+                              "survivors_killed": survivors}  # fmt: skip
+    if status != 0 and liveness is not None:
+        lost = Liveness.unreachable(nodes.addresses, nodes.rank, liveness.port)
+        fields["unreachable_nodes"] = [{"rank": r, "address": nodes.addresses[r]} for r in lost]
+        for r in lost:
+            print(f"pyinit run: node {r} ({nodes.addresses[r]}) is gone", file=out)
+    log.write("end", **fields)
+    if liveness is not None:
+        if status != 0:
+            # The other nodes are checking who is gone right now: stay reachable a moment.
+            time.sleep(LIVENESS_LINGER_S)
+        liveness.close()
+    log.close()
+    print(f"pyinit run: exited with status {status}", file=out)
+    return status
+
+
+def _exit_status(returncode: int, forwarded: list[int], worker: int | None) -> int:
+    if forwarded:
+        return 128 + forwarded[0]
+    if returncode == 0:
+        return 0
+    if worker is not None:
+        return worker
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _nproc(value: str, gpus: int) -> int:
+    if value == "auto":
+        return gpus or min(os.cpu_count() or 1, 8)
+    try:
+        count = int(value)
+    except ValueError:
+        raise InputError(
+            f"--nproc-per-node must be a whole number or auto, not {value!r}"
+        ) from None
+    if count < 1:
+        raise InputError(f"--nproc-per-node must be at least 1, not {count}")
+    return count
+
+
+class _RestartWatch:
+    """Logs a restart event for every new attempt mark pyinit.worker leaves."""
+
+    def __init__(self, status_dir: Path, log: EventLog):
+        self._status_dir = status_dir
+        self._log = log
+        self._attempts = 1
+
+    def check(self) -> None:
+        seen = len(list(self._status_dir.glob("attempt-*")))
+        for attempt in range(self._attempts, seen):
+            self._log.write("restart", attempt=attempt)
+        self._attempts = max(self._attempts, seen)
+
+
+def _relay(stream: IO[str], out: IO[str]) -> None:
+    """torchrun's stderr, passed on to ours."""
+    for line in stream:
+        out.write(line)
+        out.flush()
