@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['DirectReader', 'NcclConfig', 'NodeList', 'Topology', 'aligned_empty', 'expand_nodelist', 'load_node_list', 'load_topology', 'nccl_config', 'scan_topology']
+__all__: list[str] = ['DirectReader', 'NcclConfig', 'NodeList', 'Topology', 'aligned_empty', 'become_subreaper', 'end_children', 'expand_nodelist', 'load_node_list', 'load_topology', 'nccl_config', 'scan_topology', 'supervise']
 class Topology:
     def expect_gpus(self, count: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
@@ -163,6 +163,14 @@ def aligned_empty(nbytes: typing.SupportsInt | typing.SupportsIndex) -> numpy.ty
     """
     A page-aligned uint8 array (uninitialised) that owns its memory.
     """
+def become_subreaper() -> None:
+    """
+    Orphaned descendants re-parent to this process (PR_SET_CHILD_SUBREAPER).
+    """
+def end_children() -> int:
+    """
+    KILLs and reaps every process still a child of this one; returns how many.
+    """
 def expand_nodelist(nodelist: str) -> list[str]:
     """
     node[01-03],gpu-a -> [node01, node02, node03, gpu-a] (SLURM style).
@@ -182,5 +190,9 @@ def nccl_config(topology: Topology, nodes: ... | None = None, hints: str = '', o
 def scan_topology(sysfs_root: str = '/sys', expect_gpus: typing.SupportsInt | typing.SupportsIndex = -1, probe_bar0: bool = True) -> Topology:
     """
     Scans the PCI tree under sysfs_root. Raises OSError when it has no bus/pci/devices.
+    """
+def supervise(command: collections.abc.Sequence[str], env: collections.abc.Mapping[str, str], grace_s: typing.SupportsFloat | typing.SupportsIndex = 10.0, on_signal: collections.abc.Callable | None = None, on_tick: collections.abc.Callable | None = None, tick_s: typing.SupportsFloat | typing.SupportsIndex = 0.0, on_log: collections.abc.Callable | None = None) -> int:
+    """
+    Runs command as pod-init's supervisor does: TERM, INT, HUP, USR1, USR2, QUIT and WINCH forwarded (on_signal(signum) for each), every child reaped, KILL grace_s after a forwarded TERM or INT; on_tick() at least every tick_s. Block those signals in every thread first (signal.pthread_sigmask before starting threads). Returns the exit code: the status, 128+N for signal N, 127 not found, 126 not executable.
     """
 __version__: str = '0.1.0'

@@ -82,8 +82,6 @@ class DirectReader(_native.DirectReader):
             paths: str | list[str] = os.fspath(path)
         else:
             paths = [os.fspath(p) for p in path]
-        if isinstance(queue_depth, bool) or not isinstance(queue_depth, int):
-            raise ValueError(f"queue_depth must be an int, not {queue_depth!r}")
         super().__init__(paths, queue_depth, backend, bool(page_cache))
         self._backend_choice = backend
         if not self.direct:

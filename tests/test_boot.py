@@ -139,9 +139,7 @@ def test_boot_reads_the_nvme_disk_and_powers_off(tmp_path, pod_init_bin, qemu_pa
     scan = next(m for m in lines if m.startswith("scan: "))
     assert ", nvme 1 " in scan, log
     # The scan is left for the command (pyinit run reuses it) before the command starts.
-    assert lines.index("state: /run/pod-init/node.json written") < lines.index(
-        "exec: /init"
-    ), log
+    assert lines.index("state: /run/pod-init/node.json written") < lines.index("exec: /init"), log
     digest = hashlib.sha256(data).hexdigest()
     assert f"/dev/nvme0n1: {len(data)} bytes at offset 0, sha256 {digest} (direct" in log, log
     assert "command exited with status 0" in lines, log

@@ -80,7 +80,7 @@ def test_a_script_that_exits_3_gives_3(pyinit_bin, tmp_path):
     result = pyinit_run(pyinit_bin, "--nproc-per-node", "1", "--run-dir", tmp_path, "--", script)
     assert result.returncode == 3, result.stderr[-2000:]
     end = events(tmp_path)[-1]
-    assert end["event"] == "end" and end["status"] == 3 and end["torchrun_returncode"] == 1
+    assert end["event"] == "end" and end["status"] == 3 and end["torchrun_status"] == 1
 
 
 def test_restarts_are_events(pyinit_bin, tmp_path):

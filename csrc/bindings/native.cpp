@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "common/error.hpp"
+#include "init/supervisor.hpp"
 #include "io/direct_reader.hpp"
 #include "nccl/hostfile.hpp"
 #include "nccl/nccl_config.hpp"
@@ -276,14 +277,62 @@ PYBIND11_MODULE(_native, m) {
       "the file when given; the path still names errors). InputError for bad content, OSError "
       "when the file cannot be read.");
 
+  m.def(
+      "supervise",
+      [](const std::vector<std::string>& command, const std::map<std::string, std::string>& env,
+         double grace_s, const std::optional<py::function>& on_signal,
+         const std::optional<py::function>& on_tick, double tick_s,
+         const std::optional<py::function>& on_log) {
+        if (command.empty()) throw py::value_error("no command to run");
+        if (!(grace_s >= 0 && grace_s <= 86400) || !(tick_s >= 0 && tick_s <= 3600)) {
+          throw py::value_error("grace_s must be from 0 to 86400 and tick_s from 0 to 3600");
+        }
+        pod_init::SupervisorOptions options;
+        options.command = command;
+        for (const auto& [key, value] : env) options.environment.push_back(key + "=" + value);
+        options.grace_ms = static_cast<unsigned>(grace_s * 1000);
+        options.tick_ms = static_cast<unsigned>(tick_s * 1000);
+        // Python callbacks run with the GIL; an exception in one is reported
+        // as unraisable, never left to unwind through the loop that owns the child.
+        auto call = [](const py::function& f, auto... args) {
+          py::gil_scoped_acquire gil;
+          try {
+            f(args...);
+          } catch (py::error_already_set& e) {
+            e.discard_as_unraisable("pyinit._native.supervise callback");
+          }
+        };
+        if (on_signal) options.on_signal = [&](int sig) { call(*on_signal, sig); };
+        if (on_tick) options.on_tick = [&] { call(*on_tick); };
+        if (on_log) options.log = [&](const std::string& line) { call(*on_log, line); };
+        py::gil_scoped_release release;
+        return pod_init::supervise(options);
+      },
+      py::arg("command"), py::arg("env"), py::arg("grace_s") = 10.0,
+      py::arg("on_signal") = py::none(), py::arg("on_tick") = py::none(), py::arg("tick_s") = 0.0,
+      py::arg("on_log") = py::none(),
+      "Runs command as pod-init's supervisor does: TERM, INT, HUP, USR1, USR2, QUIT and WINCH "
+      "forwarded (on_signal(signum) for each), every child reaped, KILL grace_s after a "
+      "forwarded TERM or INT; on_tick() at least every tick_s. Block those signals in every "
+      "thread first (signal.pthread_sigmask before starting threads). Returns the exit code: "
+      "the status, 128+N for signal N, 127 not found, 126 not executable.");
+
+  m.def(
+      "become_subreaper",
+      [] {
+        if (int rc = pod_init::become_subreaper(); rc < 0) {
+          throw pod_init::SysError(-rc, "prctl(PR_SET_CHILD_SUBREAPER)");
+        }
+      },
+      "Orphaned descendants re-parent to this process (PR_SET_CHILD_SUBREAPER).");
+
+  m.def("end_children", &pod_init::end_children,
+        "KILLs and reaps every process still a child of this one; returns how many.");
+
   py::class_<pod_init::DirectReader>(m, "DirectReader")
       .def(py::init([](const std::variant<std::string, std::vector<std::string>>& path,
-                       int queue_depth, const std::string& backend, bool page_cache) {
+                       int64_t queue_depth, const std::string& backend, bool page_cache) {
              pod_init::BackendChoice choice = backend_choice(backend);
-             if (queue_depth < 1 || queue_depth > 4096) {
-               throw py::value_error("queue_depth must be from 1 to 4096, not " +
-                                     std::to_string(queue_depth));
-             }
              std::vector<std::string> paths;
              if (const auto* one = std::get_if<std::string>(&path)) {
                paths.push_back(*one);
@@ -292,8 +341,8 @@ PYBIND11_MODULE(_native, m) {
              }
              if (paths.empty()) throw py::value_error("no paths given");
              py::gil_scoped_release release;
-             return std::make_unique<pod_init::DirectReader>(
-                 std::move(paths), static_cast<unsigned>(queue_depth), choice, page_cache);
+             return std::make_unique<pod_init::DirectReader>(std::move(paths), queue_depth, choice,
+                                                             page_cache);
            }),
            py::arg("path"), py::arg("queue_depth") = 32, py::arg("backend") = "auto",
            py::arg("page_cache") = false,

@@ -1,5 +1,6 @@
 #include "init/supervisor.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -10,12 +11,15 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "common/clock.hpp"
 #include "common/error.hpp"
+#include "common/sysfs.hpp"
 
 namespace pod_init {
 
@@ -39,14 +43,27 @@ sigset_t supervised_signals() {
   return set;
 }
 
-[[noreturn]] void exec_child(const SupervisorOptions& options, const sigset_t& parent_mask,
+[[noreturn]] void exec_child(const SupervisorOptions& options, const sigset_t& supervised,
                              int report_fd) {
-  sigprocmask(SIG_SETMASK, &parent_mask, nullptr);
-  if (options.before_exec) options.before_exec();
+  // The caller may have blocked these for every thread; the command must not inherit that.
+  sigprocmask(SIG_UNBLOCK, &supervised, nullptr);
   std::vector<char*> argv;
   for (const std::string& arg : options.command) argv.push_back(const_cast<char*>(arg.c_str()));
   argv.push_back(nullptr);
-  execvp(argv[0], argv.data());
+  if (options.environment.empty()) {
+    execvp(argv[0], argv.data());
+  } else {
+    std::vector<char*> envp;
+    for (const std::string& entry : options.environment) {
+      envp.push_back(const_cast<char*>(entry.c_str()));
+    }
+    envp.push_back(nullptr);
+    // PATH for the lookup is the command's own, as env(1) does it.
+    for (const std::string& entry : options.environment) {
+      if (entry.rfind("PATH=", 0) == 0) setenv("PATH", entry.c_str() + 5, 1);
+    }
+    execvpe(argv[0], argv.data(), envp.data());
+  }
   int err = errno;
   ssize_t ignored = write(report_fd, &err, sizeof err);
   (void)ignored;
@@ -82,7 +99,7 @@ int supervise(const SupervisorOptions& options) {
     errno = err;
     fail("fork");
   }
-  if (child == 0) exec_child(options, parent_mask, report[1]);
+  if (child == 0) exec_child(options, set, report[1]);
   close(report[1]);
   int exec_errno = 0;
   ssize_t got;
@@ -99,14 +116,15 @@ int supervise(const SupervisorOptions& options) {
   bool ended = false;
   while (!ended) {
     uint64_t now = monotonic_ms();
-    uint64_t wait_ms = 1000;
-    if (kill_at != 0) wait_ms = kill_at > now ? std::min<uint64_t>(kill_at - now, 1000) : 0;
+    uint64_t wait_ms = options.tick_ms > 0 ? std::min(options.tick_ms, 1000u) : 1000;
+    if (kill_at != 0) wait_ms = kill_at > now ? std::min<uint64_t>(kill_at - now, wait_ms) : 0;
     timespec timeout{static_cast<time_t>(wait_ms / 1000),
                      static_cast<long>(wait_ms % 1000) * 1000000L};
     siginfo_t info{};
     int sig = sigtimedwait(&set, &info, &timeout);
     if (sig > 0 && sig != SIGCHLD) {
       kill(child, sig);
+      if (options.on_signal) options.on_signal(sig);
       if ((sig == SIGTERM || sig == SIGINT) && kill_at == 0) {
         kill_at = monotonic_ms() + options.grace_ms;
         log(std::string("forwarded ") + sigabbrev_np(sig) + " to the command; KILL in " +
@@ -123,6 +141,7 @@ int supervise(const SupervisorOptions& options) {
         ended = true;
       }
     }
+    if (!ended && options.on_tick) options.on_tick();
     if (!ended && kill_at != 0 && monotonic_ms() >= kill_at) {
       log("the command did not end within the grace period: sending KILL");
       kill(child, SIGKILL);
@@ -156,6 +175,32 @@ int end_all_processes(unsigned grace_ms, const InitLog& log) {
   kill(-1, SIGKILL);
   int killed = 0;
   while (waitpid(-1, nullptr, 0) > 0) ++killed;
+  return killed;
+}
+
+int end_children() {
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return 0;
+  const pid_t self = getpid();
+  int killed = 0;
+  while (dirent* entry = readdir(proc)) {
+    char* end = nullptr;
+    long pid = std::strtol(entry->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0') continue;
+    std::string stat;
+    if (sysfs::read_text("/proc/" + std::string(entry->d_name) + "/stat", &stat) < 0) continue;
+    // "PID (COMM) STATE PPID ...": COMM may hold spaces and parentheses, so parse after the last
+    // ')'.
+    size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    char state = 0;
+    long ppid = 0;
+    if (std::sscanf(stat.c_str() + close + 1, " %c %ld", &state, &ppid) != 2) continue;
+    if (ppid == self && kill(static_cast<pid_t>(pid), SIGKILL) == 0) ++killed;
+  }
+  closedir(proc);
+  while (waitpid(-1, nullptr, 0) > 0) {
+  }
   return killed;
 }
 

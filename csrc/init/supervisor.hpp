@@ -15,19 +15,32 @@ using InitLog = std::function<void(const std::string&)>;
 
 struct SupervisorOptions {
   std::vector<std::string> command;
+  // "KEY=VALUE" entries for the command; empty: it inherits ours.
+  std::vector<std::string> environment;
   unsigned grace_ms = 10000;  // after a forwarded TERM or INT, then KILL
   InitLog log;                // one line per event worth telling
-  // Called in the child between fork and exec (for example to set the environment).
-  std::function<void()> before_exec;
+  // Each signal forwarded to the command, as it is forwarded.
+  std::function<void(int)> on_signal;
+  // Called at least every tick_ms while the command runs (0: not at all): the
+  // caller's own watch (pyinit run counts restarts there).
+  std::function<void()> on_tick;
+  unsigned tick_ms = 0;
 };
 
 // The command's exit code: its status, 128 + the signal that killed it, 127
 // when it was not found, 126 when it could not be executed. Not PID 1: the
 // caller should be a child subreaper (become_subreaper) so orphans come here.
+// Signals are taken with sigtimedwait: a multi-threaded caller must block them
+// in every thread beforehand, or another thread takes them; the command starts
+// with them unblocked whatever the caller's mask.
 int supervise(const SupervisorOptions& options);
 
 // PR_SET_CHILD_SUBREAPER. Returns 0 or -errno.
 int become_subreaper();
+
+// KILLs every process that is still a child of this one (orphans that
+// re-parented to a subreaper included) and reaps them; returns how many.
+int end_children();
 
 // As init at shutdown: TERM to every process, `grace_ms` for them to end
 // (reaping), KILL to the rest, reaped. Returns how many were killed.

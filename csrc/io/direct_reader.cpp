@@ -57,12 +57,16 @@ uint64_t DirectReader::contiguous_bytes(const std::vector<Piece>& pieces) {
   return total;
 }
 
-DirectReader::DirectReader(std::vector<std::string> paths, unsigned queue_depth,
+DirectReader::DirectReader(std::vector<std::string> paths, int64_t queue_depth,
                            BackendChoice backend, bool page_cache)
-    : paths_(std::move(paths)), depth_(queue_depth), choice_(backend), page_cache_(page_cache) {
-  if (queue_depth < 1 || queue_depth > 4096) {
+    : paths_(std::move(paths)),
+      depth_(static_cast<unsigned>(std::clamp<int64_t>(queue_depth, 1, kMaxQueueDepth))),
+      choice_(backend),
+      page_cache_(page_cache) {
+  if (queue_depth < 1 || queue_depth > kMaxQueueDepth) {
     throw InputError("", 0,
-                     "queue_depth must be from 1 to 4096, not " + std::to_string(queue_depth));
+                     "queue_depth must be from 1 to " + std::to_string(kMaxQueueDepth) + ", not " +
+                         std::to_string(queue_depth));
   }
   if (paths_.empty()) throw InputError("", 0, "no files to read");
   register_atfork();

@@ -32,6 +32,8 @@ struct ReaderStats {
   LatencyHistogram io_latency;    // submit to completion of each of those
 };
 
+inline constexpr int64_t kMaxQueueDepth = 4096;
+
 class DirectReader {
  public:
   static constexpr uint32_t kMaxIo = 1 << 20;       // largest single read issued
@@ -43,9 +45,10 @@ class DirectReader {
   // InputError for no paths or a queue depth outside 1..4096. With
   // `page_cache`, batch rows whose pages are all resident are copied from
   // the page cache (see ResidentMap) and only the rest are read directly.
-  DirectReader(std::vector<std::string> paths, unsigned queue_depth, BackendChoice backend,
+  // queue_depth: 1 to kMaxQueueDepth, else InputError (the reader owns the check).
+  DirectReader(std::vector<std::string> paths, int64_t queue_depth, BackendChoice backend,
                bool page_cache = false);
-  DirectReader(std::string path, unsigned queue_depth, BackendChoice backend)
+  DirectReader(std::string path, int64_t queue_depth, BackendChoice backend)
       : DirectReader(std::vector<std::string>{std::move(path)}, queue_depth, backend) {}
   ~DirectReader();
   DirectReader(const DirectReader&) = delete;

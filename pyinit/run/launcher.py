@@ -8,12 +8,13 @@ master; this node found by its own addresses), SLURM (``SLURM_JOB_NODELIST``,
 ``SLURM_NODEID``, ``SLURM_NNODES``), ``MASTER_ADDR`` with ``NODE_RANK`` and
 ``NNODES`` (or ``WORLD_SIZE``), else this node alone. torchrun runs with a
 static rendezvous at the master; its workers run the script through
-``pyinit.worker``, which records the script's own exit status.
+``pyinit.run.worker``, which records the script's own exit status. The
+supervision (signals forwarded, children reaped, KILL after a grace) is the
+C++ core's, the same loop `pod-init -- CMD` runs.
 """
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import json
 import os
@@ -32,13 +33,14 @@ from pyinit import _native
 from pyinit.errors import InputError
 from pyinit.run.preflight import PREFLIGHT_MODES, preflight
 
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# What the core's supervisor takes: the signals it forwards, and SIGCHLD.
+SUPERVISED = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
+              signal.SIGQUIT, signal.SIGWINCH, signal.SIGCHLD}  # fmt: skip
 # torchrun gives its workers 30 s after a TERM before it KILLs them; wait past that.
 TORCHRUN_GRACE_S = 30.0
 ESCALATE_AFTER_S = TORCHRUN_GRACE_S + 10.0
 EXIT_PREFLIGHT = 1
 LIVENESS_LINGER_S = 3.0
-PR_SET_CHILD_SUBREAPER = 36
 
 
 @dataclass(frozen=True)
@@ -160,36 +162,6 @@ class Liveness:
         self._sock.close()
 
 
-def _become_subreaper() -> None:
-    # Workers torchrun leaves behind re-parent here, where they can be found and ended.
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-
-
-def _end_survivors() -> int:
-    """KILLs and reaps every process still parented to us; returns how many."""
-    me = os.getpid()
-    killed = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == me:
-            try:
-                os.kill(int(stat.parent.name), signal.SIGKILL)
-                killed += 1
-            except ProcessLookupError:
-                pass
-    while True:
-        try:
-            if os.waitpid(-1, 0)[0] <= 0:
-                break
-        except ChildProcessError:
-            break
-    return killed
-
-
 def _worker_status(status_dir: Path) -> int | None:
     """The first failing rank's own exit status, if a worker recorded one."""
     codes = []
@@ -265,55 +237,47 @@ def run(
     for stale in [*status_dir.glob("rank-*.json"), *status_dir.glob("attempt-*")]:
         stale.unlink()
     command = torchrun_command(nodes, nproc, master_port, max_restarts, status_dir, script, args)
-    liveness = None
-    if nodes.count > 1 and nodes.source == "hostfile":
-        liveness = Liveness(nodes.addresses[nodes.rank], master_port + 1)
-    _become_subreaper()
-    forwarded: list[int] = []
-
-    def forward(sig: int, _frame: Any) -> None:
-        if not forwarded:
-            log.write("signal", signal=signal.Signals(sig).name)
-        forwarded.append(sig)
-        os.kill(proc.pid, sig)
-
     monitor = None
     if monitor_interval > 0:
-        # The golden metrics beside the run, in the run's folder.
+        # The golden metrics beside the run, in the run's folder. Started before the
+        # signals are blocked below, so it can be ended with TERM.
         monitor = subprocess.Popen(
             [sys.executable, "-P", "-m", "pyinit.cli", "monitor", "--interval",
              str(monitor_interval), "--out", str(folder / "monitor.jsonl")],
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
-    proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, errors="replace")
-    log.write("spawn", command=command, pid=proc.pid,
-              seconds_since_start=round(time.monotonic() - started, 4))  # fmt: skip
-    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
-    relay = threading.Thread(target=_relay, args=(proc.stderr, out), daemon=True)
-    relay.start()
+    # Supervision is the core's (the same loop as pod-init's): it takes the signals
+    # with sigtimedwait, so they are blocked here before any thread starts.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, SUPERVISED)
+    liveness = None
     try:
-        escalate_at = None
+        if nodes.count > 1 and nodes.source == "hostfile":
+            liveness = Liveness(nodes.addresses[nodes.rank], master_port + 1)
+        _native.become_subreaper()  # workers torchrun leaves behind re-parent here
+        forwarded: list[int] = []
+
+        def on_signal(sig: int) -> None:
+            if not forwarded:
+                log.write("signal", signal=signal.Signals(sig).name)
+            forwarded.append(sig)
+
         restarts = _RestartWatch(status_dir, log)
-        while proc.poll() is None:
-            restarts.check()
-            if forwarded and escalate_at is None:
-                escalate_at = time.monotonic() + ESCALATE_AFTER_S
-            if escalate_at is not None and time.monotonic() > escalate_at:
-                log.write("escalate", reason=f"torchrun still running {ESCALATE_AFTER_S:.0f} s "
-                          "after the signal")  # fmt: skip
-                proc.kill()
-            time.sleep(0.05)
+        log.write("spawn", command=command,
+                  seconds_since_start=round(time.monotonic() - started, 4))  # fmt: skip
+        code = _native.supervise(
+            command, env, grace_s=ESCALATE_AFTER_S, on_signal=on_signal,
+            on_tick=restarts.check, tick_s=0.25,
+            on_log=lambda line: log.write("supervisor", message=line),
+        )  # fmt: skip
+        restarts.check()  # an attempt that began and ended between two looks
+        if monitor is not None:
+            monitor.terminate()
+            monitor.wait()
+        survivors = _native.end_children()
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    relay.join(timeout=5)
-    restarts.check()  # an attempt that began and ended between two looks
-    if monitor is not None:
-        monitor.terminate()
-        monitor.wait()
-    survivors = _end_survivors()
-    status = _exit_status(proc.returncode, forwarded, _worker_status(status_dir))
-    fields: dict[str, Any] = {"status": status, "torchrun_returncode": proc.returncode,
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    status = _exit_status(code, forwarded, _worker_status(status_dir))
+    fields: dict[str, Any] = {"status": status, "torchrun_status": code,
                               "survivors_killed": survivors}  # fmt: skip
     if status != 0 and liveness is not None:
         lost = Liveness.unreachable(nodes.addresses, nodes.rank, liveness.port)
@@ -331,14 +295,14 @@ def run(
     return status
 
 
-def _exit_status(returncode: int, forwarded: list[int], worker: int | None) -> int:
+def _exit_status(code: int, forwarded: list[int], worker: int | None) -> int:
+    """The run's status: 128+N when it forwarded signal N, else the failing
+    script's own status (torchrun reports any failure as 1), else torchrun's."""
     if forwarded:
         return 128 + forwarded[0]
-    if returncode == 0:
+    if code == 0:
         return 0
-    if worker is not None:
-        return worker
-    return 128 - returncode if returncode < 0 else returncode
+    return worker if worker is not None else code
 
 
 def _nproc(value: str, gpus: int) -> int:
@@ -368,10 +332,3 @@ class _RestartWatch:
         for attempt in range(self._attempts, seen):
             self._log.write("restart", attempt=attempt)
         self._attempts = max(self._attempts, seen)
-
-
-def _relay(stream: IO[str], out: IO[str]) -> None:
-    """torchrun's stderr, passed on to ours."""
-    for line in stream:
-        out.write(line)
-        out.flush()
