@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['DirectReader', 'NcclConfig', 'NodeList', 'Topology', 'aligned_empty', 'become_subreaper', 'end_children', 'expand_nodelist', 'load_node_list', 'load_topology', 'nccl_config', 'scan_topology', 'supervise']
+__all__: list[str] = ['DirectReader', 'NcclConfig', 'NodeList', 'Topology', 'aligned_empty', 'become_subreaper', 'die_with_parent', 'end_children', 'expand_nodelist', 'load_node_list', 'load_topology', 'nccl_config', 'scan_topology', 'supervise']
 class Topology:
     def expect_gpus(self, count: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
@@ -93,17 +93,17 @@ class DirectReader:
         """
     def close(self) -> None:
         """
-        Closes the files; later calls raise ValueError.
+        Closes the files once calls in other threads have finished; later calls raise ValueError.
         """
-    def read(self, offset: typing.SupportsInt | typing.SupportsIndex, length: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.uint8]:
+    def read(self, offset: int, length: int) -> numpy.typing.NDArray[numpy.uint8]:
         """
         length bytes at offset as an owning uint8 array (shorter at the end of the file).
         """
-    def read_batch(self, offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], length: typing.SupportsInt | typing.SupportsIndex, out: typing_extensions.Buffer | None = None, files: typing.Annotated[numpy.typing.ArrayLike, numpy.int64] | None = None) -> typing.Any:
+    def read_batch(self, offsets: typing.Any, length: int, out: typing_extensions.Buffer | None = None, files: typing.Any | None = None) -> typing.Any:
         """
         Rows of length bytes, one per offset (in file files[i], else the only file), all read with the queue kept full; into `out` (reused between calls) when given, else a new (n, length) uint8 array.
         """
-    def read_into(self, buffer: typing_extensions.Buffer, offset: typing.SupportsInt | typing.SupportsIndex) -> int:
+    def read_into(self, buffer: typing_extensions.Buffer, offset: int) -> int:
         """
         Fills a writable buffer from offset; returns the bytes read.
         """
@@ -159,13 +159,17 @@ class DirectReader:
         """
         Bytes at open, per file.
         """
-def aligned_empty(nbytes: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.uint8]:
+def aligned_empty(nbytes: int) -> numpy.typing.NDArray[numpy.uint8]:
     """
     A page-aligned uint8 array (uninitialised) that owns its memory.
     """
 def become_subreaper() -> None:
     """
     Orphaned descendants re-parent to this process (PR_SET_CHILD_SUBREAPER).
+    """
+def die_with_parent(signal: typing.SupportsInt | typing.SupportsIndex, parent: typing.SupportsInt | typing.SupportsIndex) -> None:
+    """
+    This process gets `signal` when its parent dies (at once if `parent` is gone already).
     """
 def end_children() -> int:
     """
@@ -191,8 +195,8 @@ def scan_topology(sysfs_root: str = '/sys', expect_gpus: typing.SupportsInt | ty
     """
     Scans the PCI tree under sysfs_root. Raises OSError when it has no bus/pci/devices.
     """
-def supervise(command: collections.abc.Sequence[str], env: collections.abc.Mapping[str, str], grace_s: typing.SupportsFloat | typing.SupportsIndex = 10.0, on_signal: collections.abc.Callable | None = None, on_tick: collections.abc.Callable | None = None, tick_s: typing.SupportsFloat | typing.SupportsIndex = 0.0, on_log: collections.abc.Callable | None = None) -> int:
+def supervise(command: collections.abc.Sequence[str], env: collections.abc.Mapping[str, str], grace_s: typing.SupportsFloat | typing.SupportsIndex = 10.0, on_signal: collections.abc.Callable | None = None, on_tick: collections.abc.Callable | None = None, tick_s: typing.SupportsFloat | typing.SupportsIndex = 0.0, on_log: collections.abc.Callable | None = None, parent_death_signal: typing.SupportsInt | typing.SupportsIndex = 0) -> int:
     """
-    Runs command as pod-init's supervisor does: TERM, INT, HUP, USR1, USR2, QUIT and WINCH forwarded (on_signal(signum) for each), every child reaped, KILL grace_s after a forwarded TERM or INT; on_tick() at least every tick_s. Block those signals in every thread first (signal.pthread_sigmask before starting threads). Returns the exit code: the status, 128+N for signal N, 127 not found, 126 not executable.
+    Runs command as pod-init's supervisor does: TERM, INT, HUP, USR1, USR2, QUIT and WINCH forwarded (on_signal(signum) for each), every child reaped, KILL grace_s after a forwarded TERM or INT; on_tick() at least every tick_s. Block those signals in every thread first (signal.pthread_sigmask before starting threads). Returns the exit code: the status, 128+N for signal N, 127 not found, 126 not executable. parent_death_signal: sent to the command if this process dies, even by KILL.
     """
 __version__: str = '0.1.0'

@@ -93,9 +93,9 @@ def test_end_of_file_edges(reader, data_file):
 
 
 def test_bad_arguments(reader):
-    with pytest.raises(ValueError, match="offset must be >= 0"):
+    with pytest.raises(ValueError, match="offset must be from 0 to"):
         reader.read(-1, 10)
-    with pytest.raises(ValueError, match="length must be >= 0"):
+    with pytest.raises(ValueError, match="length must be from 0 to"):
         reader.read(0, -10)
     with pytest.raises(ValueError, match="overflows"):
         reader.read(2**63 - 1, 2)

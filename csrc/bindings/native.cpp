@@ -53,10 +53,28 @@ pod_init::BackendChoice backend_choice(const std::string& name) {
   throw py::value_error("backend must be 'auto', 'io_uring' or 'pread', not '" + name + "'");
 }
 
-uint64_t non_negative(int64_t value, const char* what) {
-  if (value < 0)
-    throw py::value_error(std::string(what) + " must be >= 0, not " + std::to_string(value));
-  return static_cast<uint64_t>(value);
+// A Python int as a byte count or offset: ValueError (never pybind's
+// TypeError) when it is negative or past what a file offset can be.
+uint64_t non_negative(const py::int_& value, const char* what) {
+  int overflow = 0;
+  long long number = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
+  if (number == -1 && PyErr_Occurred()) throw py::error_already_set();
+  if (overflow != 0 || number < 0) {
+    throw py::value_error(std::string(what) + " must be from 0 to 2**63 - 1, not " +
+                          std::string(py::str(value)));
+  }
+  return static_cast<uint64_t>(number);
+}
+
+// An array of whole numbers as int64: floats (which would be truncated) are refused.
+py::array_t<int64_t, py::array::c_style | py::array::forcecast> whole_numbers(
+    const py::array& values, const char* what) {
+  char kind = values.dtype().kind();
+  if (kind != 'i' && kind != 'u' && !(kind == 'O' && values.size() == 0)) {
+    throw py::value_error(std::string(what) + " must be whole numbers, not " +
+                          std::string(py::str(values.dtype())));
+  }
+  return py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(values);
 }
 
 // The one file of a single-file reader; a reader over several has no "the" file.
@@ -115,7 +133,11 @@ PYBIND11_MODULE(_native, m) {
       if (raised) std::rethrow_exception(raised);
     } catch (const pod_init::SysError& e) {
       py::object text = py::str(e.operation() + ": " + pod_init::errno_text(e.err()));
-      py::object path = e.path().empty() ? py::none() : py::object(py::str(e.path()));
+      // A path that is not UTF-8 comes back as Python names it (surrogate escapes).
+      py::object path = e.path().empty()
+                            ? py::none()
+                            : py::reinterpret_steal<py::object>(PyUnicode_DecodeFSDefaultAndSize(
+                                  e.path().data(), static_cast<Py_ssize_t>(e.path().size())));
       py::object error = py::reinterpret_borrow<py::object>(PyExc_OSError)(e.err(), text, path);
       PyErr_SetObject(PyExc_OSError, error.ptr());
     } catch (const pod_init::InputError& e) {
@@ -160,10 +182,10 @@ PYBIND11_MODULE(_native, m) {
 
   m.def(
       "aligned_empty",
-      [](int64_t nbytes) {
+      [](const py::int_& nbytes) {
         pod_init::AlignedBuffer buffer(non_negative(nbytes, "nbytes"));
         if (buffer.data() == nullptr) throw std::bad_alloc();  // MemoryError
-        return owning_array(buffer.release(), 0, {static_cast<py::ssize_t>(nbytes)});
+        return owning_array(buffer.release(), 0, {static_cast<py::ssize_t>(buffer.size())});
       },
       py::arg("nbytes"), "A page-aligned uint8 array (uninitialised) that owns its memory.");
 
@@ -282,7 +304,7 @@ PYBIND11_MODULE(_native, m) {
       [](const std::vector<std::string>& command, const std::map<std::string, std::string>& env,
          double grace_s, const std::optional<py::function>& on_signal,
          const std::optional<py::function>& on_tick, double tick_s,
-         const std::optional<py::function>& on_log) {
+         const std::optional<py::function>& on_log, int parent_death_signal) {
         if (command.empty()) throw py::value_error("no command to run");
         if (!(grace_s >= 0 && grace_s <= 86400) || !(tick_s >= 0 && tick_s <= 3600)) {
           throw py::value_error("grace_s must be from 0 to 86400 and tick_s from 0 to 3600");
@@ -292,6 +314,7 @@ PYBIND11_MODULE(_native, m) {
         for (const auto& [key, value] : env) options.environment.push_back(key + "=" + value);
         options.grace_ms = static_cast<unsigned>(grace_s * 1000);
         options.tick_ms = static_cast<unsigned>(tick_s * 1000);
+        options.parent_death_signal = parent_death_signal;
         // Python callbacks run with the GIL; an exception in one is reported
         // as unraisable, never left to unwind through the loop that owns the child.
         auto call = [](const py::function& f, auto... args) {
@@ -310,12 +333,23 @@ PYBIND11_MODULE(_native, m) {
       },
       py::arg("command"), py::arg("env"), py::arg("grace_s") = 10.0,
       py::arg("on_signal") = py::none(), py::arg("on_tick") = py::none(), py::arg("tick_s") = 0.0,
-      py::arg("on_log") = py::none(),
+      py::arg("on_log") = py::none(), py::arg("parent_death_signal") = 0,
       "Runs command as pod-init's supervisor does: TERM, INT, HUP, USR1, USR2, QUIT and WINCH "
       "forwarded (on_signal(signum) for each), every child reaped, KILL grace_s after a "
       "forwarded TERM or INT; on_tick() at least every tick_s. Block those signals in every "
       "thread first (signal.pthread_sigmask before starting threads). Returns the exit code: "
-      "the status, 128+N for signal N, 127 not found, 126 not executable.");
+      "the status, 128+N for signal N, 127 not found, 126 not executable. "
+      "parent_death_signal: sent to the command if this process dies, even by KILL.");
+
+  m.def(
+      "die_with_parent",
+      [](int signal, int parent) {
+        if (int rc = pod_init::die_with_parent(signal, parent); rc < 0) {
+          throw pod_init::SysError(-rc, "prctl(PR_SET_PDEATHSIG)");
+        }
+      },
+      py::arg("signal"), py::arg("parent"),
+      "This process gets `signal` when its parent dies (at once if `parent` is gone already).");
 
   m.def(
       "become_subreaper",
@@ -350,7 +384,7 @@ PYBIND11_MODULE(_native, m) {
            "one cannot be opened. page_cache: copy batch rows whose pages are all resident.")
       .def(
           "read",
-          [](pod_init::DirectReader& r, int64_t offset, int64_t length) {
+          [](pod_init::DirectReader& r, const py::int_& offset, const py::int_& length) {
             uint64_t off = non_negative(offset, "offset");
             uint64_t len = non_negative(length, "length");
             pod_init::DirectReader::Span span;
@@ -365,7 +399,7 @@ PYBIND11_MODULE(_native, m) {
           "length bytes at offset as an owning uint8 array (shorter at the end of the file).")
       .def(
           "read_into",
-          [](pod_init::DirectReader& r, py::buffer buffer, int64_t offset) {
+          [](pod_init::DirectReader& r, py::buffer buffer, const py::int_& offset) {
             uint64_t off = non_negative(offset, "offset");
             py::buffer_info info = buffer.request(true);
             if (!PyBuffer_IsContiguous(info.view(), 'C')) {
@@ -380,17 +414,23 @@ PYBIND11_MODULE(_native, m) {
           "Fills a writable buffer from offset; returns the bytes read.")
       .def(
           "read_batch",
-          [](pod_init::DirectReader& r,
-             const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& offsets,
-             int64_t length, std::optional<py::buffer> out,
-             const std::optional<py::array_t<int64_t, py::array::c_style | py::array::forcecast>>&
-                 files) -> py::object {
+          [](pod_init::DirectReader& r, const py::object& offset_values, const py::int_& length,
+             std::optional<py::buffer> out,
+             const std::optional<py::object>& file_values) -> py::object {
             uint64_t len = non_negative(length, "length");
+            auto offsets = whole_numbers(py::array::ensure(offset_values), "offsets");
             if (offsets.ndim() != 1) throw py::value_error("offsets must be one-dimensional");
             std::vector<uint64_t> at(static_cast<size_t>(offsets.size()));
-            for (size_t i = 0; i < at.size(); ++i)
-              at[i] = non_negative(offsets.data()[i], "offset");
+            for (size_t i = 0; i < at.size(); ++i) {
+              if (offsets.data()[i] < 0) {
+                throw py::value_error("offsets must be >= 0, not " +
+                                      std::to_string(offsets.data()[i]));
+              }
+              at[i] = static_cast<uint64_t>(offsets.data()[i]);
+            }
             std::vector<uint32_t> file_of;
+            std::optional<py::array_t<int64_t, py::array::c_style | py::array::forcecast>> files;
+            if (file_values) files = whole_numbers(py::array::ensure(*file_values), "files");
             if (files) {
               if (files->ndim() != 1 || static_cast<size_t>(files->size()) != at.size()) {
                 throw py::value_error("files must be one-dimensional, one index per offset");
@@ -435,8 +475,9 @@ PYBIND11_MODULE(_native, m) {
       .def(
           "stats", [](const pod_init::DirectReader& r) { return stats_dict(r.stats()); },
           "reads, bytes, ios, page_cache_reads and the IO latency (µs percentiles, histogram).")
-      .def("close", &pod_init::DirectReader::close,
-           "Closes the files; later calls raise ValueError.")
+      .def("close", &pod_init::DirectReader::close, py::call_guard<py::gil_scoped_release>(),
+           "Closes the files once calls in other threads have finished; later calls raise "
+           "ValueError.")
       .def_property_readonly(
           "path", [](const pod_init::DirectReader& r) { return r.path(only_file(r, "path")); },
           "The file of a single-file reader.")

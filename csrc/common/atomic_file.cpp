@@ -20,11 +20,15 @@ int make_directories(const std::string& dir) {
   return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
 }
 
-int write_file_atomically(const std::string& path, const std::string& content) {
+namespace {
+
+// Writes `content` to a new temporary file beside `path` and syncs it; its
+// name in *temp. 0 or -errno (and no temporary left).
+int stage(const std::string& path, const std::string& content, std::string* temp) {
   size_t slash = path.rfind('/');
-  std::string temp = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) +
-                     "." + path.substr(slash == std::string::npos ? 0 : slash + 1) + ".XXXXXX";
-  int fd = mkostemp(temp.data(), O_CLOEXEC);
+  *temp = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + "." +
+          path.substr(slash == std::string::npos ? 0 : slash + 1) + ".XXXXXX";
+  int fd = mkostemp(temp->data(), O_CLOEXEC);
   if (fd < 0) return -errno;
   int rc = 0;
   for (size_t done = 0; done < content.size() && rc == 0;) {
@@ -36,9 +40,41 @@ int write_file_atomically(const std::string& path, const std::string& content) {
   if (rc == 0 && fchmod(fd, 0644) < 0) rc = -errno;
   if (rc == 0 && fsync(fd) < 0) rc = -errno;
   if (close(fd) < 0 && rc == 0) rc = -errno;
-  if (rc == 0 && rename(temp.c_str(), path.c_str()) < 0) rc = -errno;
-  if (rc < 0) unlink(temp.c_str());
+  if (rc < 0) unlink(temp->c_str());
   return rc;
+}
+
+}  // namespace
+
+int write_file_atomically(const std::string& path, const std::string& content) {
+  std::string failed;
+  return write_files_atomically({{path, content}}, &failed);
+}
+
+int write_files_atomically(const std::vector<std::pair<std::string, std::string>>& files,
+                           std::string* failed) {
+  std::vector<std::string> temps;
+  for (const auto& [path, content] : files) {
+    std::string temp;
+    int rc = stage(path, content, &temp);
+    if (rc < 0) {
+      // Nothing of the set is published: every staged file goes.
+      for (const std::string& staged : temps) unlink(staged.c_str());
+      *failed = path;
+      return rc;
+    }
+    temps.push_back(temp);
+  }
+  // Renames in one folder do not run out of space: once all are staged, all land.
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (rename(temps[i].c_str(), files[i].first.c_str()) < 0) {
+      int rc = -errno;
+      for (size_t j = i; j < temps.size(); ++j) unlink(temps[j].c_str());
+      *failed = files[i].first;
+      return rc;
+    }
+  }
+  return 0;
 }
 
 }  // namespace pod_init

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace pod_init {
 
@@ -11,5 +13,10 @@ int make_directories(const std::string& dir);
 
 // Returns 0 or -errno; on failure the target is untouched and no temporary is left.
 int write_file_atomically(const std::string& path, const std::string& content);
+// A set of files (path, content) published together: all are written and
+// synced under temporary names first, then renamed, so a full disk leaves
+// the previous set whole. 0, or -errno with *failed naming the file.
+int write_files_atomically(const std::vector<std::pair<std::string, std::string>>& files,
+                           std::string* failed);
 
 }  // namespace pod_init

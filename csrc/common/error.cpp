@@ -3,6 +3,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/text.hpp"
+
 namespace pod_init {
 
 namespace {
@@ -16,13 +18,15 @@ std::string located(const std::string& file, int line, const std::string& messag
 
 // "PATH: OPERATION: text", or "OPERATION: text" without a path.
 SysError::SysError(int err, std::string operation, std::string path)
-    : std::runtime_error(located(path, 0, operation + ": " + errno_text(err))),
+    : std::runtime_error(printable(located(path, 0, operation + ": " + errno_text(err)))),
       err_(err),
       operation_(std::move(operation)),
       path_(std::move(path)) {}
 
+// Messages quote what users wrote (a hints line, a hostfile field): printable()
+// keeps stray bytes off the terminal.
 InputError::InputError(std::string file, int line, std::string message)
-    : std::runtime_error(located(file, line, message)),
+    : std::runtime_error(printable(located(file, line, message))),
       file_(std::move(file)),
       line_(line),
       message_(std::move(message)) {}

@@ -3,12 +3,29 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/text.hpp"
+
 namespace pod_init {
 
 std::string json_escape(std::string_view text) {
   std::string out;
   out.reserve(text.size() + 2);
-  for (char c : text) {
+  for (size_t at = 0; at < text.size();) {
+    char c = text[at];
+    size_t length = utf8_sequence(text, at);
+    if (length == 0) {
+      // Not UTF-8 (a damaged sysfs attribute): the text \xNN, its backslash escaped,
+      // so the document stays valid JSON.
+      out += "\\" + printable(text.substr(at, 1));
+      ++at;
+      continue;
+    }
+    if (length > 1) {
+      out.append(text.substr(at, length));
+      at += length;
+      continue;
+    }
+    ++at;
     switch (c) {
       case '"':
         out += "\\\"";
@@ -31,7 +48,7 @@ std::string json_escape(std::string_view text) {
           std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
           out += buf;
         } else {
-          out += c;  // UTF-8 passes through; sysfs content is ASCII
+          out += c;
         }
     }
   }

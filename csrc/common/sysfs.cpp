@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,9 +13,23 @@
 
 namespace pod_init::sysfs {
 
-int read_text(const std::string& path, std::string* out, size_t limit) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+int open_attribute(const std::string& path) {
+  // O_NONBLOCK: a FIFO in a tree (a fixture, a hostile --sysfs-root) must not
+  // block the open; a file that is not regular is refused before any read.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return -errno;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    int err = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+    ::close(fd);
+    return -err;
+  }
+  return fd;
+}
+
+int read_text(const std::string& path, std::string* out, size_t limit) {
+  int fd = open_attribute(path);
+  if (fd < 0) return fd;
   std::string text;
   char buf[4096];
   int result = 0;

@@ -44,7 +44,11 @@ sigset_t supervised_signals() {
 }
 
 [[noreturn]] void exec_child(const SupervisorOptions& options, const sigset_t& supervised,
-                             int report_fd) {
+                             pid_t parent, int report_fd) {
+  if (options.parent_death_signal != 0 &&
+      die_with_parent(options.parent_death_signal, parent) < 0) {
+    _exit(126);
+  }
   // The caller may have blocked these for every thread; the command must not inherit that.
   sigprocmask(SIG_UNBLOCK, &supervised, nullptr);
   std::vector<char*> argv;
@@ -72,6 +76,13 @@ sigset_t supervised_signals() {
 
 }  // namespace
 
+int die_with_parent(int signal, pid_t parent) {
+  if (prctl(PR_SET_PDEATHSIG, signal, 0, 0, 0) != 0) return -errno;
+  // The parent may have died between fork and prctl: then no signal would come.
+  if (getppid() != parent) raise(signal);
+  return 0;
+}
+
 int become_subreaper() { return prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 ? 0 : -errno; }
 
 int supervise(const SupervisorOptions& options) {
@@ -83,7 +94,7 @@ int supervise(const SupervisorOptions& options) {
     return 127;
   }
   sigset_t set = supervised_signals(), parent_mask;
-  sigprocmask(SIG_BLOCK, &set, &parent_mask);
+  if (sigprocmask(SIG_BLOCK, &set, &parent_mask) != 0) throw SysError(errno, "sigprocmask");
   auto fail = [&](const char* what) {
     int err = errno;
     sigprocmask(SIG_SETMASK, &parent_mask, nullptr);
@@ -91,6 +102,7 @@ int supervise(const SupervisorOptions& options) {
   };
   int report[2];
   if (pipe2(report, O_CLOEXEC) != 0) fail("pipe");
+  const pid_t parent = getpid();
   pid_t child = fork();
   if (child < 0) {
     int err = errno;
@@ -99,7 +111,7 @@ int supervise(const SupervisorOptions& options) {
     errno = err;
     fail("fork");
   }
-  if (child == 0) exec_child(options, set, report[1]);
+  if (child == 0) exec_child(options, set, parent, report[1]);
   close(report[1]);
   int exec_errno = 0;
   ssize_t got;
@@ -122,8 +134,14 @@ int supervise(const SupervisorOptions& options) {
                      static_cast<long>(wait_ms % 1000) * 1000000L};
     siginfo_t info{};
     int sig = sigtimedwait(&set, &info, &timeout);
+    if (sig < 0 && errno != EAGAIN && errno != EINTR) {
+      log(std::string("sigtimedwait: ") + errno_text(errno));  // the loop still reaps below
+    }
     if (sig > 0 && sig != SIGCHLD) {
-      kill(child, sig);
+      // ESRCH: it ended and is reaped below; anything else is worth a line.
+      if (kill(child, sig) != 0 && errno != ESRCH) {
+        log(std::string("cannot forward ") + sigabbrev_np(sig) + ": " + errno_text(errno));
+      }
       if (options.on_signal) options.on_signal(sig);
       if ((sig == SIGTERM || sig == SIGINT) && kill_at == 0) {
         kill_at = monotonic_ms() + options.grace_ms;
@@ -135,6 +153,13 @@ int supervise(const SupervisorOptions& options) {
     for (;;) {
       int reaped_status = 0;
       pid_t pid = waitpid(-1, &reaped_status, WNOHANG);
+      if (pid < 0 && errno == EINTR) continue;
+      if (pid < 0 && errno == ECHILD && !ended) {
+        // Someone else in this process reaped the command: its status is lost.
+        log("the command was reaped elsewhere; its exit status is unknown");
+        status = 1 << 8;
+        ended = true;
+      }
       if (pid <= 0) break;
       if (pid == child) {
         status = reaped_status;
@@ -144,7 +169,9 @@ int supervise(const SupervisorOptions& options) {
     if (!ended && options.on_tick) options.on_tick();
     if (!ended && kill_at != 0 && monotonic_ms() >= kill_at) {
       log("the command did not end within the grace period: sending KILL");
-      kill(child, SIGKILL);
+      if (kill(child, SIGKILL) != 0 && errno != ESRCH) {
+        log(std::string("cannot KILL the command: ") + errno_text(errno));
+      }
       kill_at = 0;
     }
   }

@@ -5,6 +5,8 @@
 // that follows: every remaining process signalled (TERM, grace, KILL).
 #pragma once
 
+#include <sys/types.h>
+
 #include <functional>
 #include <string>
 #include <vector>
@@ -25,6 +27,9 @@ struct SupervisorOptions {
   // caller's own watch (pyinit run counts restarts there).
   std::function<void()> on_tick;
   unsigned tick_ms = 0;
+  // Sent to the command when this process dies, even by KILL (PR_SET_PDEATHSIG);
+  // 0: none. pyinit run sets it so nothing outlives a killed supervisor.
+  int parent_death_signal = 0;
 };
 
 // The command's exit code: its status, 128 + the signal that killed it, 127
@@ -37,6 +42,11 @@ int supervise(const SupervisorOptions& options);
 
 // PR_SET_CHILD_SUBREAPER. Returns 0 or -errno.
 int become_subreaper();
+
+// Asks the kernel to send `signal` to this process when its parent dies
+// (PR_SET_PDEATHSIG), then checks the parent is still `parent`: if it died
+// before the request, the signal is raised now. Returns 0 or -errno.
+int die_with_parent(int signal, pid_t parent);
 
 // KILLs every process that is still a child of this one (orphans that
 // re-parented to a subreaper included) and reaps them; returns how many.

@@ -93,6 +93,9 @@ DirectReader::DirectReader(std::vector<std::string> paths, int64_t queue_depth,
 DirectReader::~DirectReader() { close(); }
 
 void DirectReader::close() {
+  // Other threads may be reading: they hold mutex_ for their whole call, so the
+  // files, ring and pool go only between calls, and later calls see closed().
+  std::lock_guard<std::mutex> lock(mutex_);
   if (fork_generation_ != g_fork_generation.load()) {
     // A child closing a reader it inherited: the parent's pool, ring and threads are not here.
     (void)pool_.release();
@@ -121,7 +124,7 @@ bool DirectReader::direct() const {
 }
 
 void DirectReader::check_open(uint32_t file) const {
-  if (closed()) throw InputError("", 0, paths_[0] + ": the reader is closed");
+  if (closed()) throw InputError("", 0, "I/O on a closed reader (" + paths_[0] + ")");
   if (file >= files_.size()) {
     throw InputError("", 0,
                      "file index " + std::to_string(file) + " out of range: the reader has " +
@@ -153,10 +156,12 @@ void DirectReader::check_window(uint32_t file, uint64_t offset, uint64_t length)
 }
 
 std::string DirectReader::backend() const {
+  std::lock_guard<std::mutex> lock(mutex_);
   return backend_ ? backend_->name() : (choice_ == BackendChoice::Pread ? "pread" : "io_uring");
 }
 
 std::string DirectReader::backend_note() const {
+  std::lock_guard<std::mutex> lock(mutex_);
   std::string io_note = backend_ ? backend_->note() : "";
   if (backend_note_.empty()) return io_note;
   return io_note.empty() ? backend_note_ : backend_note_ + "; " + io_note;
@@ -286,6 +291,7 @@ void DirectReader::run(std::vector<Piece>* pieces) {
 }
 
 DirectReader::Span DirectReader::read(uint64_t offset, uint64_t length, uint32_t file) {
+  std::lock_guard<std::mutex> lock(mutex_);
   check_open(file);
   check_range(offset, length);
   if (length > kLargeRead) {
@@ -305,7 +311,6 @@ DirectReader::Span DirectReader::read(uint64_t offset, uint64_t length, uint32_t
   if (length == 0) return span;
   std::vector<Piece> pieces;
   plan(file, offset, length, span.buffer.data(), true, &pieces);
-  std::lock_guard<std::mutex> lock(mutex_);
   ensure_backend();
   run(&pieces);
   span.length = contiguous_bytes(pieces);
@@ -315,12 +320,12 @@ DirectReader::Span DirectReader::read(uint64_t offset, uint64_t length, uint32_t
 }
 
 size_t DirectReader::read_into(uint8_t* dst, size_t length, uint64_t offset, uint32_t file) {
+  std::lock_guard<std::mutex> lock(mutex_);
   check_open(file);
   check_range(offset, length);
   if (length == 0) return 0;
   std::vector<Piece> pieces;
   plan(file, offset, length, dst, false, &pieces);
-  std::lock_guard<std::mutex> lock(mutex_);
   ensure_backend();
   run(&pieces);
   size_t total = contiguous_bytes(pieces);
@@ -331,7 +336,6 @@ size_t DirectReader::read_into(uint8_t* dst, size_t length, uint64_t offset, uin
 
 AlignedBuffer DirectReader::read_batch(const std::vector<uint64_t>& offsets, size_t length,
                                        const std::vector<uint32_t>& files) {
-  check_open(0);
   if (length != 0 && offsets.size() > SIZE_MAX / length) {
     throw InputError("", 0, "offsets x length overflows");
   }
@@ -343,6 +347,7 @@ AlignedBuffer DirectReader::read_batch(const std::vector<uint64_t>& offsets, siz
 
 void DirectReader::read_batch_into(const std::vector<uint64_t>& offsets, size_t length,
                                    uint8_t* dst, const std::vector<uint32_t>& files) {
+  std::lock_guard<std::mutex> lock(mutex_);
   check_open(0);
   if (!files.empty() && files.size() != offsets.size()) {
     throw InputError("", 0,
@@ -362,7 +367,6 @@ void DirectReader::read_batch_into(const std::vector<uint64_t>& offsets, size_t 
     }
     plan(file_of(i), offsets[i], length, row, false, &pieces);
   }
-  std::lock_guard<std::mutex> lock(mutex_);
   ensure_backend();
   run(&pieces);
   for (const Piece& piece : pieces) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <unordered_map>
 
 #include "common/error.hpp"
 #include "common/line_input.hpp"
@@ -54,6 +55,9 @@ int expand_item(std::string_view item, std::vector<std::string>* names, LineErro
   if (open == std::string_view::npos) {
     if (item.find(']') != std::string_view::npos || !valid_name(item)) {
       return fail_line(error, 0, "bad node name '" + std::string(item) + "'");
+    }
+    if (names->size() >= kMaxHosts) {
+      return fail_line(error, 0, "expands to more than " + std::to_string(kMaxHosts) + " names");
     }
     names->emplace_back(item);
     return 0;
@@ -106,6 +110,7 @@ std::string canonical_address(std::string_view text) {
 int parse_hostfile(std::string_view text, bool allow_names, std::vector<HostEntry>* hosts,
                    LineError* error) {
   hosts->clear();
+  std::unordered_map<std::string, int> first_line;  // address -> its line: duplicates in O(1)
   int rc = for_each_fields_line(text, [&](int line_no, const std::vector<std::string>& fields) {
     int slots = 0;
     for (size_t i = 1; i < fields.size(); ++i) {
@@ -133,12 +138,15 @@ int parse_hostfile(std::string_view text, bool allow_names, std::vector<HostEntr
         }
         entry.address = host;
       }
-      for (const HostEntry& seen : *hosts) {
-        if (seen.address == entry.address) {
-          return fail_line(error, line_no,
-                           "duplicate host " + entry.address + " (first on line " +
-                               std::to_string(seen.line) + ")");
-        }
+      auto [seen, added] = first_line.emplace(entry.address, line_no);
+      if (!added) {
+        return fail_line(error, line_no,
+                         "duplicate host " + entry.address + " (first on line " +
+                             std::to_string(seen->second) + ")");
+      }
+      if (hosts->size() >= kMaxHosts) {
+        return fail_line(error, line_no,
+                         "more than " + std::to_string(kMaxHosts) + " hosts in the file");
       }
       hosts->push_back(entry);
     }

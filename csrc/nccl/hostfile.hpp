@@ -10,6 +10,11 @@
 
 namespace pod_init {
 
+// The most hosts a hostfile or a node list may name: far beyond any cluster one
+// NCCL job spans, and a bound on what a compressed list like 10.[0-255].[0-255].[0-255]
+// may expand to.
+inline constexpr size_t kMaxHosts = 65536;
+
 struct HostEntry {
   std::string address;  // canonical text form of the IP address, or a name when names are allowed
   int slots = 0;        // 0: not given

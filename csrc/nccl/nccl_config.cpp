@@ -268,11 +268,13 @@ NcclConfig build_nccl_config(const NcclRequest& request) {
 void write_nccl_files(const NcclConfig& config) {
   int rc = make_directories(config.out_dir);
   if (rc < 0) throw SysError(-rc, "mkdir", config.out_dir);
+  std::vector<std::pair<std::string, std::string>> files;
   for (const auto& [name, content] : config.files) {
-    std::string path = config.out_dir + "/" + name;
-    rc = write_file_atomically(path, content);
-    if (rc < 0) throw SysError(-rc, "write", path);
+    files.emplace_back(config.out_dir + "/" + name, content);
   }
+  std::string failed;
+  rc = write_files_atomically(files, &failed);
+  if (rc < 0) throw SysError(-rc, "write", failed);
 }
 
 std::string nccl_summary(const NcclConfig& config) {

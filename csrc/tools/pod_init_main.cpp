@@ -21,6 +21,7 @@ extern char** environ;
 #include "common/error.hpp"
 #include "common/sha256.hpp"
 #include "common/sysfs.hpp"
+#include "init/init_config.hpp"
 #include "init/kernel_modules.hpp"
 #include "init/machine_init.hpp"
 #include "init/supervisor.hpp"
@@ -43,6 +44,7 @@ constexpr const char* kUsage =
     "                     [--force-rings] [--socket-ifname NAME] [--channels N] [--proc-root DIR]\n"
     "       pod-init read PATH [--offset BYTES] [--length BYTES] [--queue-depth N]\n"
     "       pod-init modules [--release-dir DIR] NAME...\n"
+    "       pod-init params LINE...\n"
     "\n"
     "  --     Runs COMMAND as a child: forwards TERM, INT, HUP, USR1, USR2, QUIT, WINCH;\n"
     "         reaps every process (a child subreaper when not PID 1); after TERM or INT\n"
@@ -61,6 +63,8 @@ constexpr const char* kUsage =
     "  modules  The modules.dep lines of NAME... and of everything they need, dependencies\n"
     "         first, from DIR (default /lib/modules/$(uname -r)): what PID 1 loads for\n"
     "         podinit.modules, and what initramfs/build puts in the image.\n"
+    "  params  Checks podinit.KEY=VALUE lines as PID 1 reads /etc/pod-init.conf: one line\n"
+    "         per problem, exit 2 when there is one (initramfs/build runs it).\n"
     "\n"
     "exit status:\n"
     "  0    success\n"
@@ -270,6 +274,20 @@ int run_modules(const std::vector<std::string>& args) {
   });
 }
 
+int run_params(const std::vector<std::string>& args) {
+  if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) {
+    std::fputs(kUsage, stdout);
+    return kExitOk;
+  }
+  std::string text;
+  for (const std::string& line : args) text += line + "\n";
+  pod_init::InitConfig config;
+  std::vector<std::string> errors;
+  pod_init::apply_init_file(text, "/etc/pod-init.conf", &config, &errors);
+  for (const std::string& error : errors) std::fprintf(stderr, "pod-init: %s\n", error.c_str());
+  return errors.empty() ? kExitOk : kExitUsage;
+}
+
 // `pod-init [--grace S] -- COMMAND...`: tini's job. PID 1 of a container's
 // namespace inherits its orphans anyway; elsewhere a subreaper gets them.
 int run_wrapper(const std::vector<std::string>& args) {
@@ -312,6 +330,7 @@ int main(int argc, char** argv) {
   if (command == "nccl") return run_nccl(args);
   if (command == "read") return run_read(args);
   if (command == "modules") return run_modules(args);
+  if (command == "params") return run_params(args);
   if (command == "-h" || command == "--help") {
     std::fputs(kUsage, stdout);
     return kExitOk;

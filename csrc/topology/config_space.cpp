@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/sysfs.hpp"
+
 namespace pod_init {
 
 namespace {
@@ -155,8 +157,8 @@ ConfigInfo parse_config(const ConfigAccess& access) {
 }
 
 int read_config(const std::string& path, ConfigInfo* out) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -errno;
+  int fd = sysfs::open_attribute(path);
+  if (fd < 0) return fd;
   *out = parse_config(FileConfigAccess(fd));
   ::close(fd);
   return 0;

@@ -6,6 +6,7 @@
 
 #include "common/error.hpp"
 #include "common/sysfs.hpp"
+#include "common/text.hpp"
 
 namespace pod_init {
 
@@ -55,7 +56,7 @@ class AttributeReader {
   }
 
   void malformed(const char* name, const std::string& content) {
-    std::string shown = content.size() > 40 ? content.substr(0, 40) + "..." : content;
+    std::string shown = printable(content.size() > 40 ? content.substr(0, 40) + "..." : content);
     findings_->push_back({Severity::Warning, finding_code::kSysfsMalformed, bdf_,
                           dir_ + "/" + name + ": unexpected content '" + shown + "'"});
   }

@@ -7,6 +7,7 @@
 #include "common/error.hpp"
 #include "common/json_reader.hpp"
 #include "common/json_writer.hpp"
+#include "common/text.hpp"
 
 namespace pod_init {
 
@@ -292,12 +293,12 @@ std::string topology_text(const Topology& topo) {
   out += "\n";
   for (const Finding& f : topo.findings) {
     out += "  " + pad(severity_name(f.severity), 8) + pad(f.code, 21) +
-           pad(f.device.empty() ? "-" : f.device, 13) + f.message + "\n";
+           pad(f.device.empty() ? "-" : printable(f.device), 13) + printable(f.message) + "\n";
   }
-  char timing[96];
-  std::snprintf(timing, sizeof timing, "\nScanned %zu PCI functions under %s in %.2f ms\n",
-                topo.devices.size(), topo.sysfs_root.c_str(), topo.scan_seconds * 1e3);
-  out += timing;
+  char milliseconds[32];
+  std::snprintf(milliseconds, sizeof milliseconds, "%.2f", topo.scan_seconds * 1e3);
+  out += "\nScanned " + std::to_string(topo.devices.size()) + " PCI functions under " +
+         printable(topo.sysfs_root) + " in " + milliseconds + " ms\n";
   return out;
 }
 
