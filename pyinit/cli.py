@@ -9,6 +9,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from pyinit import argtypes
 from pyinit.errors import EXIT_FAILURE, EXIT_STATUS_HELP, EXIT_USAGE
 
 if TYPE_CHECKING:
@@ -19,35 +20,10 @@ if TYPE_CHECKING:
 nvml_backend: NvmlBackend | None = None
 
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0: {value}")
-    return value
-
-
-def _positive(text: str) -> int:
-    value = _non_negative(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
-def _port(text: str) -> int:
-    value = _non_negative(text)
-    if not 1 <= value <= 65534:  # the port above it is the run's liveness port
-        raise argparse.ArgumentTypeError(f"must be from 1 to 65534: {value}")
-    return value
-
-
-def _channels(text: str) -> int:
-    value = _non_negative(text)
-    if not 1 <= value <= 32:
-        raise argparse.ArgumentTypeError(f"must be from 1 to 32: {value}")
-    return value
+def _name(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
 
 
 def _read_nvml(args: argparse.Namespace) -> NvmlView | None:
@@ -172,16 +148,6 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
     return monitor.main(args, nvml_backend)
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0.1 <= value <= 3600:
-        raise argparse.ArgumentTypeError(f"must be from 0.1 to 3600: {value}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pyinit",
@@ -194,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     topo = sub.add_parser("topo", help="PCIe topology: matrix, links, BARs, findings")
     topo.add_argument("--sysfs-root", default="/sys", metavar="DIR")
     topo.add_argument("--json", action="store_true", help="print one JSON object")
-    topo.add_argument("--expect-gpus", type=_non_negative, metavar="N")
+    topo.add_argument("--expect-gpus", type=argtypes.whole(0, 4096), metavar="N")
     topo.add_argument("--no-bar0", action="store_true", help="do not map GPU BAR0")
     topo.add_argument("--no-nvml", action="store_true", help="sysfs only, even with a driver")
     topo.set_defaults(handler=_cmd_topo)
@@ -216,8 +182,12 @@ def build_parser() -> argparse.ArgumentParser:
     nccl.add_argument(
         "--force-rings", action="store_true", help="make NCCL use the computed rings unchecked"
     )
-    nccl.add_argument("--socket-ifname", metavar="NAME", help="interface for NCCL's sockets")
-    nccl.add_argument("--channels", type=_channels, metavar="N", help="ring channels in the graph")
+    nccl.add_argument(
+        "--socket-ifname", type=_name, metavar="NAME", help="interface for NCCL's sockets"
+    )
+    nccl.add_argument(
+        "--channels", type=argtypes.whole(1, 32), metavar="N", help="ring channels in the graph"
+    )
     nccl.add_argument("--no-nvml", action="store_true", help="sysfs only, even with a driver")
     nccl.add_argument(
         "--no-dns", action="store_true", help="host names in the hostfile are an error"
@@ -228,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     shard = sub.add_parser("shard", help="JSON Lines or text into token shards for pyinit.data")
     shard.add_argument("inputs", nargs="+", metavar="INPUT", help=".jsonl or text, may be .gz")
     shard.add_argument("--out", required=True, metavar="DIR", help="where the shards go")
-    shard.add_argument("--shards", required=True, type=_positive, metavar="N")
+    shard.add_argument("--shards", required=True, type=argtypes.whole(1, 65536), metavar="N")
     shard.add_argument("--field", default="text", help="the JSON field holding the text")
     shard.add_argument(
         "--tokenizer",
@@ -250,13 +220,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--nproc-per-node", default="auto", metavar="N|auto",
         help="workers on this node (auto: one per GPU, else one per CPU up to 8)",
     )  # fmt: skip
-    run.add_argument("--master-port", type=_port, default=29500, metavar="P")
-    run.add_argument("--max-restarts", type=_non_negative, default=0, metavar="K")
+    # 65534 at most: the port above it is the run's liveness port.
+    run.add_argument("--master-port", type=argtypes.whole(1, 65534), default=29500, metavar="P")
+    run.add_argument("--max-restarts", type=argtypes.whole(0, 1000), default=0, metavar="K")
     run.add_argument("--preflight", choices=("warn", "strict", "off"), default="warn")
-    run.add_argument("--expect-gpus", type=_non_negative, metavar="N")
+    run.add_argument("--expect-gpus", type=argtypes.whole(0, 4096), metavar="N")
     run.add_argument("--run-dir", metavar="DIR", help="events.jsonl, NCCL files (pyinit-run/nodeR)")
     run.add_argument(
-        "--monitor-interval", type=float, default=5.0, metavar="S",
+        "--monitor-interval", type=argtypes.seconds(0.1, 3600, zero=True), default=5.0, metavar="S",
         help="sample into RUN_DIR/monitor.jsonl every S seconds (0: off)",
     )  # fmt: skip
     run.add_argument(
@@ -276,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=_cmd_run)
 
     mon = sub.add_parser("monitor", help="GPU utilization, PCIe bandwidth, NVMe latency; alerts")
-    mon.add_argument("--interval", type=_seconds, default=5.0, metavar="S")
+    mon.add_argument("--interval", type=argtypes.seconds(0.1, 3600), default=5.0, metavar="S")
     mon.add_argument("--once", action="store_true", help="one sample as JSON, then exit")
     mon.add_argument("--json", action="store_true", help="JSON Lines on stdout")
     mon.add_argument("--out", metavar="FILE", help="append JSON Lines to FILE")
@@ -293,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     mon.add_argument(
         "--thresholds", metavar="FILE", help="JSON: gpu_util_low, nvme_read_latency_us..."
     )
-    mon.add_argument("--count", type=_non_negative, default=0, help=argparse.SUPPRESS)
+    mon.add_argument("--count", type=argtypes.whole(0, 1 << 30), default=0, help=argparse.SUPPRESS)
     mon.add_argument("--sys-block", default="/sys/block", help=argparse.SUPPRESS)
     mon.set_defaults(handler=_cmd_monitor)
 

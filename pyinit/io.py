@@ -82,6 +82,9 @@ class DirectReader(_native.DirectReader):
             paths: str | list[str] = os.fspath(path)
         else:
             paths = [os.fspath(p) for p in path]
+        for name in [paths] if isinstance(paths, str) else paths:
+            if "\0" in name:  # the kernel would stop at it and open another file
+                raise ValueError(f"{name!r}: a path with a NUL byte")
         super().__init__(paths, queue_depth, backend, bool(page_cache))
         self._backend_choice = backend
         if not self.direct:

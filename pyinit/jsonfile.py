@@ -1,6 +1,11 @@
-"""JSON files that are whole or absent: written under a temporary name beside
-the target (its folder made as needed), then renamed over it, so a reader or
-a crash never meets half a document."""
+"""JSON files that are whole or absent, and JSON read defensively.
+
+``write_json`` writes under a temporary name beside the target (its folder
+made as needed), syncs it, renames it over the target and syncs the folder, so
+neither a reader nor a crash meets half a document. ``parse_json`` reads text
+from a file we do not control: malformed JSON, nesting deeper than the
+interpreter can follow, and NaN or Infinity all become one ``ValueError``
+saying what and where, never a traceback."""
 
 from __future__ import annotations
 
@@ -9,11 +14,62 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pyinit.errors import InputError
+
 
 def write_json(path: str | os.PathLike[str], document: Any, indent: int | None = 1) -> Path:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     temp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    temp.write_text(json.dumps(document, indent=indent) + "\n")
-    os.replace(temp, target)
+    try:
+        with open(temp, "w", encoding="utf-8") as f:
+            f.write(json.dumps(document, indent=indent) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    sync_directory(target.parent)
     return target
+
+
+def sync_directory(path: str | os.PathLike[str]) -> None:
+    """Makes the renames in a folder durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class MalformedJson(ValueError):
+    """Text that is not one JSON value; ``line`` where it goes wrong (0: unknown)."""
+
+    def __init__(self, reason: str, line: int = 0):
+        super().__init__(reason)
+        self.line = line
+
+
+def _no_constant(name: str) -> Any:
+    raise MalformedJson(f"{name} is not a JSON number")
+
+
+def parse_json(text: str) -> Any:
+    """One JSON value; MalformedJson (a ValueError) with the reason and line."""
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as e:
+        raise MalformedJson(f"malformed JSON: {e.msg} (column {e.colno})", e.lineno) from None
+    except RecursionError:
+        raise MalformedJson("malformed JSON: nested too deeply") from None
+    except UnicodeEncodeError:
+        raise MalformedJson("malformed JSON: bytes that are not UTF-8") from None
+
+
+def load_json(text: str, source: str) -> Any:
+    """``parse_json`` for a whole file: InputError naming it and the line."""
+    try:
+        return parse_json(text)
+    except MalformedJson as e:
+        raise InputError(str(e), file=source, line=e.line) from None

@@ -15,6 +15,7 @@ node_exporter textfile, Alertmanager-style webhooks.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sys
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from pyinit.errors import InputError
+from pyinit.jsonfile import load_json
 
 SECTOR_BYTES = 512
 
@@ -47,11 +49,10 @@ class Thresholds:
 
     @classmethod
     def from_file(cls, path: str) -> Thresholds:
-        text = Path(path).read_text()  # OSError naming the file when it cannot be read
-        try:
-            values = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise InputError(f"{path}:{e.lineno}: malformed JSON: {e.msg}") from None
+        # OSError naming the file when it cannot be read; bytes that are not UTF-8 are
+        # kept as escapes so the parser, not the codec, says what is wrong, naming the file.
+        text = Path(path).read_text(encoding="utf-8", errors="surrogateescape")
+        values = load_json(text, path)
         known = {f.name for f in fields(cls)}
         if not isinstance(values, dict):
             raise InputError(f"{path}: expected a JSON object of thresholds")
@@ -60,8 +61,9 @@ class Thresholds:
                 raise InputError(
                     f"{path}: unknown threshold {key!r} (known: {', '.join(sorted(known))})"
                 )
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise InputError(f"{path}: {key} must be a number >= 0, not {value!r}")
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not math.isfinite(value) or value < 0):  # fmt: skip
+                raise InputError(f"{path}: {key} must be a finite number >= 0, not {value!r}")
         return cls(**{k: float(v) for k, v in values.items()})
 
 
@@ -158,7 +160,8 @@ class Alert:
     summary: str
     since: float | None = None  # when the state began to differ from `firing`
     firing: bool = False
-    started: float = 0.0
+    started: float = 0.0  # time.monotonic(), for the windows
+    started_wall: float = 0.0  # time.time() at the same moment, for Alertmanager's startsAt
 
 
 class AlertEngine:
@@ -221,6 +224,7 @@ class AlertEngine:
                     alert.since = None
                     if bad:
                         alert.started = now
+                        alert.started_wall = time.time()
                         alert.summary = summary
                     changes.append(("firing" if bad else "resolved", alert))
             else:
@@ -239,7 +243,7 @@ def alertmanager_payload(status: str, alert: Alert, instance: str, now: float) -
         "status": status,
         "labels": labels,
         "annotations": {"summary": alert.summary},
-        "startsAt": _iso(alert.started),
+        "startsAt": _iso(alert.started_wall),
         "endsAt": _iso(now) if status == "resolved" else "0001-01-01T00:00:00Z",
     }
     return {"version": "4", "status": status, "receiver": "pod-init", "groupLabels": {},
@@ -344,10 +348,14 @@ class Metrics:
 
         # A bare port listens on loopback only: metrics leave the node when asked to.
         host, _, port = address.rpartition(":")
-        host = host or "127.0.0.1"
+        host = host.removeprefix("[").removesuffix("]") or "127.0.0.1"  # [::]:9400 is IPv6
         if not port.isdigit() or not 0 < int(port) < 65536:
             raise InputError(f"--prometheus {address!r}: expected [HOST:]PORT")
-        server, _thread = start_http_server(int(port), addr=host, registry=self.registry)
+        try:
+            server, _thread = start_http_server(int(port), addr=host, registry=self.registry)
+        except OSError as e:
+            reason = e.strerror or str(e)
+            raise InputError(f"--prometheus {address!r}: cannot listen there: {reason}") from None
         return server
 
 
@@ -378,7 +386,9 @@ def _headers(values: list[str]) -> dict[str, str]:
 def main(args: Any, nvml_backend: Any = None, out: IO[str] = sys.stdout) -> int:
     thresholds = Thresholds.from_file(args.thresholds) if args.thresholds else Thresholds()
     headers = _headers(args.webhook_header or [])
-    if args.webhook and not re.match(r"https?://", args.webhook):
+    if args.webhook and (
+        not re.match(r"https?://", args.webhook) or not urllib.parse.urlsplit(args.webhook).hostname
+    ):
         raise InputError(f"--webhook {redact_url(args.webhook)}: expected an http(s) URL")
     monitor = Monitor(nvml_backend, args.sys_block, thresholds)
     if monitor.gpus.unavailable:

@@ -22,9 +22,16 @@ def resolve_hostfile(path: str) -> str:
     (a name that expands to several hosts becomes a comma list on its line).
     Raises ``InputError`` naming the file and line for bad content, ``OSError``
     when the file cannot be read."""
-    text = Path(path).read_text()
+    raw = Path(path).read_bytes()
     lines = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line_bytes in enumerate(raw.splitlines(), start=1):
+        try:
+            line = line_bytes.decode("utf-8")
+        except UnicodeDecodeError as e:
+            byte = line_bytes[e.start]
+            raise InputError(
+                f"not UTF-8 text (byte 0x{byte:02x})", file=path, line=number
+            ) from None
         content, hash_mark, comment = line.partition("#")
         fields = content.split()
         if fields:

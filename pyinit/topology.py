@@ -201,8 +201,9 @@ def scan(
     """
     if expect_gpus is not None and expect_gpus < 0:
         raise ValueError(f"expect_gpus must be >= 0, got {expect_gpus}")
+    # Bytes: a path that is not UTF-8 (argv decodes it with surrogate escapes) still names it.
     native = _native.scan_topology(
-        str(sysfs_root), -1 if expect_gpus is None else expect_gpus, probe_bar0
+        os.fsencode(sysfs_root), -1 if expect_gpus is None else expect_gpus, probe_bar0
     )
     return from_native(native, nvml)
 

@@ -184,17 +184,26 @@ def test_bad_shards_are_refused_with_path_and_reason(tmp_path, shards, how, reas
     assert reason in str(refused.value)
 
 
-def test_other_refusals(tmp_path, shards):
-    writer = ShardWriter(tmp_path / "wide.tok", 4, 100_000, None, 0, 1)
-    writer.append(np.arange(500, dtype=np.uint32), np.array([500]))
+def write_shard(path: Path, token_bytes: int, index: int, count: int, run_id: int) -> Path:
+    writer = ShardWriter(path, token_bytes, 100_000 if token_bytes == 4 else 300, None, index,
+                         count, run_id)  # fmt: skip
+    writer.append(np.arange(500, dtype=np.uint32 if token_bytes == 4 else np.uint16),
+                  np.array([500]))  # fmt: skip
     writer.finish()
     writer.publish()
+    return path
+
+
+def test_other_refusals(tmp_path, shards):
+    wide = write_shard(tmp_path / "wide.tok", 4, 0, 2, run_id=9)
+    narrow = write_shard(tmp_path / "narrow.tok", 2, 1, 2, run_id=9)
     with pytest.raises(ValueError, match=r"token_bytes 4 differs from 2 .* different tokenizers"):
-        TokenShardDataset([next(shards.glob("*.tok")), tmp_path / "wide.tok"], SEQ, 0, 1)
+        TokenShardDataset([narrow, wide], SEQ, 0, 1)
+    alone = write_shard(tmp_path / "alone.tok", 4, 0, 1, run_id=3)
     with pytest.raises(ValueError, match="too few for 1000 ranks"):
-        TokenShardDataset(tmp_path / "wide.tok", 100, 0, 1000)
+        TokenShardDataset(alone, 100, 0, 1000)
     (tmp_path / "nothing").mkdir()
-    with pytest.raises(ValueError, match="a folder with no shard"):
+    with pytest.raises(ValueError, match=r"no shards\.json: not a whole set of shards"):
         TokenShardDataset(tmp_path / "nothing", SEQ, 0, 1)
     with pytest.raises(FileNotFoundError):
         TokenShardDataset(tmp_path / "missing.tok", SEQ, 0, 1)
@@ -203,7 +212,7 @@ def test_other_refusals(tmp_path, shards):
     with pytest.raises(ValueError, match="seq_len must be a positive int"):
         TokenShardDataset(shards, 0, 0, 1)
     # uint32 tokens read back right.
-    data = TokenShardDataset(tmp_path / "wide.tok", 100, 0, 1, batch_size=2)
+    data = TokenShardDataset(alone, 100, 0, 1, batch_size=2)
     x, y = data.batch(0)
     starts = data.windows(0)[1]
     assert x[0, 0].item() == starts[0] and y[0, -1].item() == starts[0] + 100

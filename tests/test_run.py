@@ -134,7 +134,7 @@ def test_bad_input_is_one_clear_line_and_exit_2(pyinit_bin, tmp_path, shards):
         (["--hostfile", malformed, "--", script], f"{malformed}:2: "),
         (["--hostfile", elsewhere, "--", script], f"{elsewhere}"),
         (["--", tmp_path / "missing.py"], "missing.py: no such script"),
-        (["--nproc-per-node", "0", "--", script], "--nproc-per-node must be at least 1"),
+        (["--nproc-per-node", "0", "--", script], "--nproc-per-node must be from 1 to 1024"),
         ([], "no script"),
     ]
     for args, message in cases:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from pyinit import argtypes
 from pyinit.bench.plotting import pyplot
 from pyinit.jsonfile import write_json
 
@@ -41,16 +42,6 @@ class AllreduceRow:
     algbw: float  # GB/s
     busbw: float  # GB/s
     wrong: int  # elements that did not sum to n(n+1)/2
-
-
-def parse_size(text: str) -> int:
-    """``8``, ``64K``, ``1G`` -> bytes."""
-    text = text.strip().upper().removesuffix("B")
-    unit = text[-1:] if text[-1:] in UNITS and not text[-1:].isdigit() else ""
-    number = text[: len(text) - len(unit)]
-    if not number.isdigit() or int(number) <= 0:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r}")
-    return int(number) * UNITS[unit]
 
 
 def bus_factor(ranks: int) -> float:
@@ -114,7 +105,7 @@ def worker(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="rank 0 writes the rows here as JSON")
     parser.add_argument("--progress", action="store_true", help="rank 0: a line per size")
     args = parser.parse_args(argv)
-    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    sizes = [argtypes.size()(s) for s in args.sizes.split(",")]
     done: list[AllreduceRow] = []
 
     def progress(row: AllreduceRow) -> None:
@@ -206,14 +197,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     gpus = torch.cuda.device_count()
     parser.add_argument(
-        "--nproc", type=int, default=gpus or 2, help="workers (default: GPUs, else 2)"
+        "--nproc",
+        type=argtypes.whole(1, 1024),
+        default=gpus or 2,
+        help="workers (default: GPUs, else 2)",
     )
-    parser.add_argument("--min", type=parse_size, default=8, metavar="SIZE")
-    parser.add_argument("--max", type=parse_size, default=parse_size("4G" if gpus else "64M"),
+    parser.add_argument("--min", type=argtypes.size(4), default=8, metavar="SIZE")
+    parser.add_argument("--max", type=argtypes.size(4), default=(4 << 30) if gpus else (64 << 20),
                         metavar="SIZE", help="default 4G on GPUs, 64M on CPU")  # fmt: skip
     parser.add_argument("--factor", type=int, choices=(2, 4), default=2)
-    parser.add_argument("--iterations", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--iterations", type=argtypes.whole(1, 1_000_000), default=20)
+    parser.add_argument("--warmup", type=argtypes.whole(0, 1_000_000), default=5)
     parser.add_argument("--machine", default=os.uname().nodename)
     parser.add_argument("--out", default=".", help="folder for allreduce.json and allreduce.png")
     args = parser.parse_args(argv)
@@ -233,7 +227,11 @@ def main(argv: list[str] | None = None) -> int:
         "--iterations", str(args.iterations), "--warmup", str(args.warmup),
         "--out", str(rows_file), "--progress",
     ]  # fmt: skip
-    subprocess.run(command, env=env, check=True)
+    workers = subprocess.run(command, env=env)
+    if workers.returncode != 0:
+        print(f"pyinit bench allreduce: the workers failed (torchrun exited with "
+              f"{workers.returncode}); see the lines above", file=sys.stderr)  # fmt: skip
+        return 1
     document = json.loads(rows_file.read_text())
     rows_file.unlink()
     document.update(machine=args.machine, date=time.strftime("%Y-%m-%d"),

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pyinit.bench.allreduce import parse_size
+from pyinit import argtypes
 from pyinit.jsonfile import write_json
 
 
@@ -97,8 +97,8 @@ def main(argv: list[str] | None, kind: str) -> int:
     parser = argparse.ArgumentParser(
         prog=f"pyinit bench {kind}", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--size", type=parse_size, default=parse_size("1G"), metavar="SIZE")
-    parser.add_argument("--iterations", type=int, default=10)
+    parser.add_argument("--size", type=argtypes.size(), default=1 << 30, metavar="SIZE")
+    parser.add_argument("--iterations", type=argtypes.whole(1, 1_000_000), default=10)
     parser.add_argument("--out", default=".", help=f"folder for {kind}.json")
     args = parser.parse_args(argv)
     import torch

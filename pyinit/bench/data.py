@@ -23,13 +23,27 @@ from types import ModuleType
 import numpy as np
 import torch
 
-from pyinit.bench.io import drop_caches, parse_size
+from pyinit import argtypes
+from pyinit.bench.io import drop_caches
 from pyinit.bench.plotting import pyplot
 from pyinit.data import TokenShardDataset, _kernels, sharder
 from pyinit.data.shard_format import HEADER_BYTES, ShardWriter, read_header
+from pyinit.errors import InputError
 from pyinit.jsonfile import write_json
 
 VOCAB = 50257  # GPT-2's: uint16 tokens, as nanoGPT stores them
+
+
+RUN_ID = 0x0BE7C4  # one fixed run: shards kept from an earlier benchmark form a set with new ones
+
+
+def _has_tokens(path: Path, tokens: int) -> bool:
+    """A shard of this benchmark's run already there with `tokens` tokens."""
+    try:
+        header = read_header(path)
+    except (OSError, InputError):
+        return False  # absent, or from another pod-init's format: made anew
+    return header.token_count == tokens and header.run_id == RUN_ID
 
 
 def make_shards(folder: Path, total_bytes: int, count: int) -> list[str]:
@@ -37,11 +51,11 @@ def make_shards(folder: Path, total_bytes: int, count: int) -> list[str]:
     folder.mkdir(parents=True, exist_ok=True)
     tokens_per_shard = total_bytes // 2 // count
     paths = [folder / sharder.shard_name(i, count) for i in range(count)]
-    if all(p.exists() and read_header(p).token_count == tokens_per_shard for p in paths):
+    if all(_has_tokens(p, tokens_per_shard) for p in paths):
         return [str(p) for p in paths]
     rng = np.random.default_rng(0)
     for i, path in enumerate(paths):
-        writer = ShardWriter(path, 2, VOCAB, VOCAB - 1, i, count)
+        writer = ShardWriter(path, 2, VOCAB, VOCAB - 1, i, count, run_id=RUN_ID)
         left = tokens_per_shard
         while left:
             step = min(left, 64 << 20)
@@ -219,14 +233,17 @@ def plot(document: dict, path: Path) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pyinit bench data", description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", default="/var/tmp/pyinit-bench-data", help="where shards go")
-    parser.add_argument("--gib", type=parse_size, default=parse_size("4G"), metavar="SIZE",
+    parser.add_argument("--gib", type=argtypes.size(1 << 20), default=4 << 30, metavar="SIZE",
                         help="total token bytes (default 4G)")  # fmt: skip
-    parser.add_argument("--shards", type=int, default=16)
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--seq-len", type=int, default=1024)
-    parser.add_argument("--batches", type=int, default=100, help="batches per run")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--sharder-mb", type=int, default=64, help="JSONL for the sharder run")
+    parser.add_argument("--shards", type=argtypes.whole(1, 4096), default=16)
+    parser.add_argument("--batch", type=argtypes.whole(1, 1 << 20), default=64)
+    parser.add_argument("--seq-len", type=argtypes.whole(1, 1 << 24), default=1024)
+    parser.add_argument(
+        "--batches", type=argtypes.whole(1, 1 << 30), default=100, help="batches per run"
+    )
+    parser.add_argument("--rounds", type=argtypes.whole(1, 1000), default=3)
+    parser.add_argument("--sharder-mb", type=argtypes.whole(1, 1 << 20), default=64,
+                        help="JSONL for the sharder run")  # fmt: skip
     parser.add_argument("--out", default=".", help="folder for data_bench.json and .png")
     args = parser.parse_args(argv)
     folder = Path(args.dir)

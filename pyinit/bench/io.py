@@ -30,7 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
+from pyinit import argtypes
 from pyinit.bench.plotting import pyplot
+from pyinit.errors import InputError
 from pyinit.io import DirectReader, aligned_empty
 from pyinit.jsonfile import write_json
 
@@ -59,16 +61,6 @@ class Result:
     p50_us: float
     p99_us: float
     p999_us: float
-
-
-def parse_size(text: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    text = text.strip().upper()
-    factor = units.get(text[-1:], 1)
-    number = text[:-1] if text[-1:] in units else text
-    if not number.isdigit() or int(number) == 0:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r}")
-    return int(number) * factor
 
 
 def drop_caches() -> bool:
@@ -114,6 +106,11 @@ def loop_device_over(image: Path) -> Iterator[str]:
 
 def offsets_for(pattern: Pattern, size: int, count: int, rng: np.random.Generator) -> np.ndarray:
     blocks = size // pattern.block_size
+    if blocks == 0:
+        raise InputError(
+            f"the target holds {size} bytes, less than one {pattern.block_size}-byte block: "
+            "give a file or device with data (or --loop SIZE)"
+        )
     if pattern.rw == "randread":
         return rng.integers(0, blocks, count, dtype=np.int64) * pattern.block_size
     return (np.arange(count, dtype=np.int64) % blocks) * pattern.block_size
@@ -248,10 +245,14 @@ def plot(document: dict, path: Path) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pyinit bench io", description=__doc__.split("\n\n")[0])
     parser.add_argument("target", nargs="?", help="a file or block device that holds data")
-    parser.add_argument("--loop", type=parse_size, metavar="SIZE", help="make a loop device")
+    parser.add_argument(
+        "--loop", type=argtypes.size(1 << 20), metavar="SIZE", help="make a loop device"
+    )
     parser.add_argument("--loop-dir", help="where the loop device's file goes (default /var/tmp)")
-    parser.add_argument("--runtime", type=float, default=5.0, help="seconds per run")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--runtime", type=argtypes.seconds(0.1, 3600), default=5.0, help="seconds per run"
+    )
+    parser.add_argument("--rounds", type=argtypes.whole(1, 1000), default=2)
     parser.add_argument("--backend", default="io_uring", choices=("io_uring", "pread"))
     parser.add_argument("--no-fio", action="store_true", help="only our reader")
     parser.add_argument("--out", help="write JSON here (and a PNG beside it)")

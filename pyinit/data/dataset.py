@@ -29,30 +29,94 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from pyinit.data import _kernels
-from pyinit.data.shard_format import HEADER_BYTES, ShardHeader, read_header
+from pyinit.data.shard_format import HEADER_BYTES, MANIFEST, ShardHeader, read_header
 from pyinit.errors import InputError
 from pyinit.io import DirectReader, aligned_empty
+from pyinit.jsonfile import load_json
 
 STATE_VERSION = 1
 MASK64 = (1 << 64) - 1
 
 
-def shard_paths(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
-    """Shard files from files and folders (a folder gives its shard-*.tok, sorted)."""
+def shard_paths(
+    paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+) -> tuple[list[str], dict[str, tuple[int, str]]]:
+    """Shard files from files and folders, and the run each listed file must
+    come from (file -> (run id, manifest)). A folder gives the shards its
+    ``shards.json`` lists: the manifest ``pyinit shard`` writes last, so a
+    folder without one holds no whole set (an interrupted run) and is refused."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     found: list[str] = []
+    runs: dict[str, tuple[int, str]] = {}
     for path in map(Path, paths):
         if path.is_dir():
-            inside = sorted(path.glob("shard-*.tok"))
-            if not inside:
-                raise InputError(f"{path}: a folder with no shard-*.tok files")
-            found += map(str, inside)
+            listed, run_id, manifest = _manifest_shards(path)
+            found += listed
+            runs.update(dict.fromkeys(listed, (run_id, manifest)))
         else:
             found.append(str(path))
     if not found:
         raise InputError("no shard files given")
-    return found
+    return found, runs
+
+
+def _manifest_shards(folder: Path) -> tuple[list[str], int, str]:
+    manifest = folder / MANIFEST
+    try:
+        text = manifest.read_text(encoding="utf-8", errors="surrogateescape")
+    except FileNotFoundError:
+        raise InputError(
+            f"no {MANIFEST}: not a whole set of shards (an interrupted `pyinit shard`? run it "
+            "again with --force)",
+            file=str(folder),
+        ) from None
+    document = load_json(text, str(manifest))
+    try:
+        files = [folder / entry["file"] for entry in document["shards"]]
+        run_id = int(document["run_id"], 16)
+    except (KeyError, TypeError, ValueError):
+        raise InputError("not a pod-init shard manifest", file=str(manifest)) from None
+    missing = [f.name for f in files if not f.is_file()]
+    if missing:
+        raise InputError(
+            f"{len(missing)} of the {len(files)} shards it lists are missing: "
+            + ", ".join(missing[:5])
+            + (" ..." if len(missing) > 5 else ""),
+            file=str(manifest),
+        )
+    return [str(f) for f in files], run_id, str(manifest)
+
+
+def check_whole_set(headers: list[ShardHeader], runs: dict[str, tuple[int, str]]) -> None:
+    """Every shard of one run, each once, and of the run its manifest names: a
+    set mixed from two runs, or one missing a shard, is refused naming what is
+    wrong."""
+    for header in headers:
+        run_id, manifest = runs.get(header.path, (header.run_id, ""))
+        if header.run_id != run_id:
+            raise InputError(
+                f"{Path(header.path).name} was written by another run than the manifest names: "
+                "the folder mixes two `pyinit shard` runs; run it again with --force",
+                file=manifest,
+            )
+    first = headers[0]
+    for header in headers[1:]:
+        if header.run_id != first.run_id:
+            raise InputError(
+                f"{header.path} and {first.path} come from different `pyinit shard` runs"
+            )
+    indices = [h.shard_index for h in headers]
+    duplicates = sorted({i for i in indices if indices.count(i) > 1})
+    if duplicates:
+        raise InputError(f"shard {duplicates[0]} of {first.shard_count} is given twice")
+    missing = sorted(set(range(first.shard_count)) - set(indices))
+    if missing:
+        shown = ", ".join(str(i) for i in missing[:8]) + (" ..." if len(missing) > 8 else "")
+        raise InputError(
+            f"{len(missing)} of the {first.shard_count} shards of this set are missing "
+            f"(index {shown}): give every shard, or the folder holding them"
+        )
 
 
 def _distributed_rank() -> tuple[int, int]:
@@ -60,7 +124,14 @@ def _distributed_rank() -> tuple[int, int]:
     initialized, else torchrun's RANK and WORLD_SIZE, else a single process."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    found = []
+    for key, default in (("RANK", 0), ("WORLD_SIZE", 1)):
+        value = os.environ.get(key, str(default))
+        try:
+            found.append(int(value))
+        except ValueError:
+            raise InputError(f"{key}={value!r} in the environment is not a whole number") from None
+    return found[0], found[1]
 
 
 def _epoch_key(seed: int, epoch: int) -> int:
@@ -101,8 +172,9 @@ class TokenShardDataset(IterableDataset):
             rank, world_size = _distributed_rank()
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is outside world_size {world_size}")
-        self.paths = shard_paths(paths)
+        self.paths, runs = shard_paths(paths)
         self.headers = [read_header(p) for p in self.paths]
+        check_whole_set(self.headers, runs)
         _check_same_tokens(self.headers)
         self.seq_len = seq_len
         self.rank = rank

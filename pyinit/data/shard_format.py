@@ -14,8 +14,10 @@ temporary one, and a half-written file never has a valid header.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -25,12 +27,15 @@ import numpy as np
 from pyinit.errors import InputError
 
 MAGIC = b"PODTOKS\x00"
-VERSION = 1
+VERSION = 2  # 2: the run id
 HEADER_BYTES = 4096
+# Written last by `pyinit shard`: the set it lists, all of one run, is whole.
+MANIFEST = "shards.json"
 NO_EOT = 0xFFFFFFFF
 # magic, version, token_bytes, token_count, document_count, index_offset,
-# vocab_size, eot (NO_EOT: none), shard_index, shard_count
-_LAYOUT = struct.Struct("<8sIIQQQIIII")
+# vocab_size, eot (NO_EOT: none), shard_index, shard_count, run_id (the same in every
+# shard one `pyinit shard` run wrote, so a reader can refuse a set mixed from two runs)
+_LAYOUT = struct.Struct("<8sIIQQQIIIIQ")
 TOKEN_DTYPES = {2: np.dtype("<u2"), 4: np.dtype("<u4")}
 
 
@@ -53,6 +58,7 @@ class ShardHeader:
     eot: int | None
     shard_index: int
     shard_count: int
+    run_id: int
     version: int = VERSION
 
     @property
@@ -80,6 +86,7 @@ class ShardHeader:
             eot,
             self.shard_index,
             self.shard_count,
+            self.run_id,
         )
         return fields.ljust(HEADER_BYTES, b"\0")
 
@@ -98,7 +105,7 @@ def read_header(path: str | os.PathLike[str]) -> ShardHeader:
         size = os.fstat(f.fileno()).st_size
         if len(raw) < _LAYOUT.size:
             raise _refuse(path, f"{size} bytes, shorter than the header")
-        (magic, version, token_bytes, tokens, documents, at, vocab, eot, index, count) = (
+        (magic, version, token_bytes, tokens, documents, at, vocab, eot, index, count, run) = (
             _LAYOUT.unpack_from(raw)
         )
         if magic != MAGIC:
@@ -116,6 +123,7 @@ def read_header(path: str | os.PathLike[str]) -> ShardHeader:
             None if eot == NO_EOT else eot,
             index,
             count,
+            run,
         )
         if at != header.index_offset:
             raise _refuse(
@@ -142,10 +150,33 @@ def read_document_starts(header: ShardHeader) -> np.ndarray:
         return np.frombuffer(f.read((header.document_count + 1) * 8), dtype="<u8").copy()
 
 
+def temporary_name(final: Path) -> Path:
+    """Where a shard is written before it is whole: a hidden name carrying the
+    writer's process id, so a later run can tell a dead run's leftovers."""
+    return final.with_name(f".{final.name}.tmp-{os.getpid()}")
+
+
+def dead_temporaries(folder: Path) -> list[Path]:
+    """Temporary shards whose writer no longer runs (a run killed or crashed)."""
+    found = []
+    for path in folder.glob(".shard-*.tok.tmp-*"):
+        pid = path.name.rpartition("-")[2]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            found.append(path)
+        except PermissionError:
+            pass  # another user's live process
+    return sorted(found)
+
+
 class ShardWriter:
     """Streams one shard to a temporary file beside its final name. finish()
     writes the index and the header and syncs; publish() renames, so a caller
-    with several shards publishes them only once all are finished."""
+    with several shards publishes them only once all are finished. A failing
+    write (a full disk) is an OSError naming the temporary file."""
 
     def __init__(
         self,
@@ -155,11 +186,14 @@ class ShardWriter:
         eot: int | None,
         shard_index: int,
         shard_count: int,
+        run_id: int,
     ):
         self.final = final
-        self.temp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+        self.temp = temporary_name(final)
         self._file: BinaryIO = open(self.temp, "wb")  # noqa: SIM115 - closed in commit/discard
-        self._file.write(bytes(HEADER_BYTES))
+        self._run_id = run_id
+        with self._naming_errors():
+            self._file.write(bytes(HEADER_BYTES))
         self._dtype = TOKEN_DTYPES[token_bytes]
         self._token_bytes = token_bytes
         self._vocab_size = vocab_size
@@ -169,9 +203,19 @@ class ShardWriter:
         self.token_count = 0
         self.document_count = 0
 
+    @contextlib.contextmanager
+    def _naming_errors(self) -> Iterator[None]:
+        try:
+            yield
+        except OSError as e:
+            if e.filename is not None:
+                raise
+            raise OSError(e.errno, e.strerror, str(self.temp)) from None
+
     def append(self, tokens: np.ndarray, document_lengths: np.ndarray) -> None:
         """Documents laid end to end: their tokens and how many each has."""
-        self._file.write(tokens.astype(self._dtype, copy=False).tobytes())
+        with self._naming_errors():
+            self._file.write(tokens.astype(self._dtype, copy=False).tobytes())
         self._document_lengths.append(document_lengths.astype(np.uint64))
         self.token_count += int(tokens.size)
         self.document_count += int(document_lengths.size)
@@ -185,20 +229,23 @@ class ShardWriter:
             self._vocab_size,
             self._eot,
             *self._shard,
+            self._run_id,
         )
         lengths = np.concatenate([np.zeros(1, np.uint64), *self._document_lengths])
         f = self._file
-        f.write(bytes(header.index_offset - f.tell()))
-        f.write(np.cumsum(lengths, dtype=np.uint64).astype("<u8").tobytes())
-        f.seek(0)
-        f.write(header.pack())
-        f.flush()
-        os.fsync(f.fileno())
-        f.close()
+        with self._naming_errors():
+            f.write(bytes(header.index_offset - f.tell()))
+            f.write(np.cumsum(lengths, dtype=np.uint64).astype("<u8").tobytes())
+            f.seek(0)
+            f.write(header.pack())
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
 
     def publish(self) -> None:
         os.replace(self.temp, self.final)
 
     def discard(self) -> None:
-        self._file.close()
+        with contextlib.suppress(OSError):  # a full disk may fail the close's flush too
+            self._file.close()
         self.temp.unlink(missing_ok=True)

@@ -10,11 +10,12 @@ Nothing appears under the final names until every shard is complete.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import gzip
 import hashlib
-import json
 import os
+import resource
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -24,14 +25,13 @@ from typing import IO, Protocol
 import numpy as np
 
 from pyinit.data import _kernels
-from pyinit.data.shard_format import ShardWriter, token_bytes_for
+from pyinit.data.shard_format import MANIFEST, ShardWriter, dead_temporaries, token_bytes_for
 from pyinit.errors import InputError
-from pyinit.jsonfile import write_json
+from pyinit.jsonfile import parse_json, sync_directory, write_json
 
 FORMATS = ("jsonl", "text")
 CHUNK_RECORDS = 4096
 CHUNK_BYTES = 4 << 20
-MANIFEST = "shards.json"
 PROGRESS_EVERY_S = 2.0
 # End-of-text tokens that tokenizer.json files commonly define, most common first.
 EOT_NAMES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "[SEP]")
@@ -122,6 +122,7 @@ class ShardSummary:
     shards: list[dict] = field(default_factory=list)
     skipped_examples: list[str] = field(default_factory=list)
     replaced: list[str] = field(default_factory=list)
+    removed_temporaries: int = 0  # a killed run's leftovers, found and removed
 
     def to_text(self) -> str:
         counts = sorted(s["tokens"] for s in self.shards)
@@ -140,6 +141,10 @@ class ShardSummary:
         if self.skipped:
             lines.append(
                 f"skipped {self.skipped:,} invalid lines, first: {self.skipped_examples[0]}"
+            )
+        if self.removed_temporaries:
+            lines.append(
+                f"removed {self.removed_temporaries} temporary shard files of an interrupted run"
             )
         if self.replaced:
             lines.append(f"replaced {len(self.replaced)} shard files from an earlier run")
@@ -190,10 +195,7 @@ def _record_text(raw: bytes, fmt: str, text_field: str) -> str:
         raise ValueError(f"not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})") from None
     if fmt == "text":
         return line.rstrip("\r\n")
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"malformed JSON: {e.msg} (column {e.colno})") from None
+    record = parse_json(line)
     if not isinstance(record, dict):
         raise ValueError(f"{_json_kind(record)}, not a JSON object")
     if text_field not in record:
@@ -278,16 +280,22 @@ def shard(
         )
     tok = load_tokenizer(tokenizer)
     token_bytes = token_bytes_for(tok.vocab_size)
+    _open_files_for(shard_count)
     summary = ShardSummary(str(out), shard_count, tokenizer=tok.name, eot=tok.eot)
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    writers = [
-        ShardWriter(
-            out / shard_name(i, shard_count), token_bytes, tok.vocab_size, tok.eot, i, shard_count
-        )
-        for i in range(shard_count)
-    ]
+    for leftover in dead_temporaries(out):
+        leftover.unlink(missing_ok=True)
+        summary.removed_temporaries += 1
+    run_id = int.from_bytes(os.urandom(8), "little")
+    writers: list[ShardWriter] = []
     start = time.monotonic()
     try:
+        for i in range(shard_count):
+            final = out / shard_name(i, shard_count)
+            writers.append(
+                ShardWriter(final, token_bytes, tok.vocab_size, tok.eot, i, shard_count, run_id)
+            )
         _fill(
             inputs,
             fmt,
@@ -313,7 +321,15 @@ def shard(
     except BaseException:
         for writer in writers:
             writer.discard()
+        if created:
+            with contextlib.suppress(OSError):  # a folder this run made holds nothing now
+                out.rmdir()
         raise
+    # One publish step that readers can tell from a whole set: the old manifest goes
+    # first (the folder no longer holds a whole set), the shards take their names,
+    # and the new manifest, naming this run, comes last.
+    (out / MANIFEST).unlink(missing_ok=True)
+    sync_directory(out)
     for writer in writers:
         writer.publish()
     summary.seconds = time.monotonic() - start
@@ -323,13 +339,27 @@ def shard(
     ]
     summary.tokens = sum(w.token_count for w in writers)
     new_names = {w.final.name for w in writers} | {MANIFEST}
-    _write_manifest(out, inputs, text_field, fmt, token_bytes, summary)
     for stale in earlier:
         if stale.name not in new_names:
             stale.unlink(missing_ok=True)
+    _write_manifest(out, inputs, text_field, fmt, token_bytes, run_id, summary)
     summary.replaced = [p.name for p in earlier if p.name != MANIFEST]
-    _sync_directory(out)
     return summary
+
+
+def _open_files_for(shard_count: int) -> None:
+    """Every shard is open while records stream in: raise the soft limit on open
+    files as far as the hard one allows, and refuse a count beyond it up front."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = shard_count + 64  # the inputs, the interpreter's own, some slack
+    if needed <= soft:
+        return
+    if hard != resource.RLIM_INFINITY and needed > hard:
+        raise InputError(
+            f"--shards {shard_count} keeps {shard_count} files open, and this process may "
+            f"open at most {hard} (ulimit -n); ask for fewer shards"
+        )
+    resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
 
 
 def _fill(inputs, fmt, text_field, skip_invalid, tok, writers, summary, progress) -> None:
@@ -371,10 +401,12 @@ def _write_chunk(texts: list[str], blobs: list[bytes], tok: Tokenizer, writers) 
             )
 
 
-def _write_manifest(out: Path, inputs, text_field, fmt, token_bytes, summary) -> None:
+def _write_manifest(out: Path, inputs, text_field, fmt, token_bytes, run_id, summary) -> None:
     manifest = {
         "format": "pod-init token shards",
-        "version": 1,
+        "version": 2,
+        "run_id": f"{run_id:016x}",
+        "shard_count": summary.shard_count,
         "tokenizer": summary.tokenizer,
         "token_bytes": token_bytes,
         "eot": summary.eot,
@@ -387,11 +419,3 @@ def _write_manifest(out: Path, inputs, text_field, fmt, token_bytes, summary) ->
         "shards": summary.shards,
     }
     write_json(out / MANIFEST, manifest)
-
-
-def _sync_directory(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

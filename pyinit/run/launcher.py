@@ -41,6 +41,8 @@ TORCHRUN_GRACE_S = 30.0
 ESCALATE_AFTER_S = TORCHRUN_GRACE_S + 10.0
 EXIT_PREFLIGHT = 1
 LIVENESS_LINGER_S = 3.0
+# Workers per node: far above any GPU count, and a bound on what torchrun is asked to fork.
+MAX_NPROC = 1024
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,10 @@ def find_nodes(hostfile: str | None, env: Mapping[str, str]) -> Nodes:
         return Nodes(len(addresses), native.node_rank, addresses[0], "hostfile", addresses,
                      native.interface, native)  # fmt: skip
     if "SLURM_JOB_NODELIST" in env:
-        names = _native.expand_nodelist(env["SLURM_JOB_NODELIST"])
+        try:
+            names = _native.expand_nodelist(env["SLURM_JOB_NODELIST"])
+        except ValueError as e:
+            raise InputError(f"SLURM_JOB_NODELIST={env['SLURM_JOB_NODELIST']!r}: {e}") from None
         count = _int_env(env, "SLURM_NNODES", len(names))
         rank = _int_env(env, "SLURM_NODEID", 0)
         _check_rank(rank, count, "SLURM_NODEID")
@@ -192,12 +197,15 @@ def run(
 ) -> int:
     """Runs SCRIPT under torchrun on this node; returns the exit status."""
     started = time.monotonic()
+    nproc = _nproc(nproc_per_node)  # every check before anything is written
     if not Path(script).is_file():
         raise InputError(f"{script}: no such script")
     if importlib.util.find_spec("torch") is None:
         raise InputError("pyinit run starts torchrun, which needs torch: pip install torch")
     if preflight_mode not in PREFLIGHT_MODES:
         raise InputError(f"--preflight must be warn, strict or off, not {preflight_mode!r}")
+    if run_dir and Path(run_dir).exists() and not Path(run_dir).is_dir():
+        raise InputError(f"--run-dir {run_dir}: exists and is not a folder")
     nodes = find_nodes(hostfile, os.environ)
     folder = Path(run_dir or f"pyinit-run/node{nodes.rank}")
     log = EventLog(folder / "events.jsonl")
@@ -214,7 +222,7 @@ def run(
         log.write("end", status=EXIT_PREFLIGHT, reason="preflight errors (strict)")
         print("pyinit run: preflight found errors; not starting (--preflight strict)", file=out)
         return EXIT_PREFLIGHT
-    nproc = _nproc(nproc_per_node, gpus)
+    nproc = nproc or gpus or min(os.cpu_count() or 1, 8)
     env = dict(os.environ, PYINIT_RUN_DIR=str(folder.resolve()))
     if nodes.interface and "GLOO_SOCKET_IFNAME" not in env:
         # Gloo finds its interface through the host name (DNS or /etc/hosts); the
@@ -238,6 +246,7 @@ def run(
         stale.unlink()
     command = torchrun_command(nodes, nproc, master_port, max_restarts, status_dir, script, args)
     monitor = None
+    parent = os.getpid()
     if monitor_interval > 0:
         # The golden metrics beside the run, in the run's folder. Started before the
         # signals are blocked below, so it can be ended with TERM.
@@ -245,6 +254,8 @@ def run(
             [sys.executable, "-P", "-m", "pyinit.cli", "monitor", "--interval",
              str(monitor_interval), "--out", str(folder / "monitor.jsonl")],
             stderr=subprocess.DEVNULL,
+            # No thread runs yet, so preexec_fn is safe: the monitor ends with this process.
+            preexec_fn=lambda: _native.die_with_parent(signal.SIGTERM, parent),
         )  # fmt: skip
     # Supervision is the core's (the same loop as pod-init's): it takes the signals
     # with sigtimedwait, so they are blocked here before any thread starts.
@@ -268,6 +279,8 @@ def run(
             command, env, grace_s=ESCALATE_AFTER_S, on_signal=on_signal,
             on_tick=restarts.check, tick_s=0.25,
             on_log=lambda line: log.write("supervisor", message=line),
+            # kill -9 of pyinit run must not leave torchrun behind (its workers follow it).
+            parent_death_signal=signal.SIGKILL,
         )  # fmt: skip
         restarts.check()  # an attempt that began and ended between two looks
         if monitor is not None:
@@ -305,17 +318,18 @@ def _exit_status(code: int, forwarded: list[int], worker: int | None) -> int:
     return worker if worker is not None else code
 
 
-def _nproc(value: str, gpus: int) -> int:
+def _nproc(value: str) -> int | None:
+    """The worker count asked for; None for auto (one per GPU, else per CPU)."""
     if value == "auto":
-        return gpus or min(os.cpu_count() or 1, 8)
+        return None
     try:
         count = int(value)
     except ValueError:
         raise InputError(
             f"--nproc-per-node must be a whole number or auto, not {value!r}"
         ) from None
-    if count < 1:
-        raise InputError(f"--nproc-per-node must be at least 1, not {count}")
+    if not 1 <= count <= MAX_NPROC:
+        raise InputError(f"--nproc-per-node must be from 1 to {MAX_NPROC}, not {count}")
     return count
 
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import os
 import runpy
+import signal
 import sys
 from pathlib import Path
 
+from pyinit import _native
 from pyinit.jsonfile import write_json
 
 
@@ -22,6 +24,8 @@ def _record(status_dir: Path, code: int) -> None:
 
 
 def main() -> None:
+    # torchrun's agent is the parent: if it dies (even by KILL), so does this worker.
+    _native.die_with_parent(signal.SIGKILL, os.getppid())
     status_dir, script, *args = sys.argv[1:]
     # torchrun counts its restarts of the worker group; pyinit run watches for new attempts.
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")

@@ -1,0 +1,426 @@
+"""The hostile sweep, kept as tests: a table of bad inputs per command (the
+arguments, the exit status and a fragment of the one line it must print; no
+traceback, nothing written), then the fault cases (FIFOs and stray bytes in
+sysfs, a reader closed under its readers, kill -9 of the supervisor and of the
+sharder mid-publish, mixed shard sets, a full disk, too many open files). A new
+command gets the same treatment by adding rows."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import run
+
+REPO = Path(__file__).resolve().parent.parent
+BUILD = REPO / "initramfs" / "build"
+NON_UTF8 = os.fsdecode(b"/tmp/pod-init-\xff\xfe-root")
+
+# (command, files to write {name: bytes}, exit status, what stderr must hold).
+# In the command: {tmp} the test's folder, {sys} a fixture sysfs tree of the
+# lent 2xH200, {NAME} a file written from the files column; "pod-init" and
+# "pyinit" are the installed executables, "build" initramfs/build.
+BIG_LIST = {"hosts": b"10.[0-255].[0-255].[0-255]\n"}
+BINARY = {"bin": bytes(range(256)) * 4}
+SHARD_IN = {"in.jsonl": b'{"text": "hello"}\n{"text": "world"}\n'}
+RUN = ["pyinit", "run", "--run-dir", "{tmp}/run"]
+BAD_INPUT = [
+    (["pod-init", "topo", "--expect-gpus", "4294967296"], {}, 2, "--expect-gpus needs"),
+    (["pod-init", "read", "--queue-depth", "0", "{tmp}"], {}, 2, "queue_depth must be from 1"),
+    (["pod-init", "nccl", "--sysfs-root", "{sys}", "--out", "{tmp}/out", "--hostfile", "{hosts}"],
+     BIG_LIST, 2, "expands to more than 65536 names"),
+    (["pod-init", "nccl", "--sysfs-root", "{sys}", "--out", "{tmp}/out", "--hints", "{bin}"],
+     BINARY, 2, "{bin}:1: "),
+    (["pod-init", "modules", "--release-dir", "{tmp}", "nvme"], {}, 1, "modules.dep: read: "),
+    (["pod-init", "params", "podinit.bogus=1"], {}, 2, "unknown parameter podinit.bogus"),
+    (["pyinit", "topo", "--expect-gpus", "4294967296"], {}, 2, "must be from 0 to 4096"),
+    (["pyinit", "topo", "--sysfs-root", NON_UTF8], {}, 1, "bus/pci/devices: list: No such"),
+    (["pyinit", "nccl", "--sysfs-root", "{sys}", "--out", "{tmp}/out", "--socket-ifname", ""],
+     {}, 2, "--socket-ifname: must not be empty"),
+    (["pyinit", "nccl", "--sysfs-root", "{sys}", "--out", "{tmp}/out", "--hostfile", "{h}"],
+     {"h": b"10.0.0.1\n\xff\xfe\n"}, 2, "{h}:2: not UTF-8 text (byte 0xff)"),
+    (["pyinit", "nccl", "--sysfs-root", "{sys}", "--out", "{tmp}/out", "--hostfile", "{hosts}"],
+     BIG_LIST, 2, "expands to more than 65536 names"),
+    ([*RUN, "--nproc-per-node", "99999999999", "--", "{tmp}"], {}, 2, "from 1 to 1024"),
+    ([*RUN, "--nproc-per-node", "0", "--", "{tmp}"], {}, 2, "from 1 to 1024"),
+    ([*RUN, "--monitor-interval", "-1", "--", "x.py"], {}, 2, "--monitor-interval: must be"),
+    ([*RUN, "--monitor-interval", "nan", "--", "x.py"], {}, 2, "--monitor-interval: must be"),
+    ([*RUN, "--monitor-interval", "inf", "--", "x.py"], {}, 2, "--monitor-interval: must be"),
+    ([*RUN, "--monitor-interval", "1e-7", "--", "x.py"], {}, 2, "--monitor-interval: must be"),
+    (["pyinit", "run", "--run-dir", "{bin}", "--", "{bin}"], BINARY, 2, "exists and is not a f"),
+    (["pyinit", "monitor", "--once", "--thresholds", "{t}"], {"t": b'{"nvme_for_s": NaN}'}, 2,
+     "NaN is not a JSON number"),
+    (["pyinit", "monitor", "--once", "--thresholds", "{t}"], {"t": b'{"nvme_for_s": 1e400}'}, 2,
+     "must be a finite number"),
+    (["pyinit", "monitor", "--once", "--thresholds", "{t}"], {"t": b"[" * 100_000}, 2,
+     "{t}: malformed JSON: nested too deeply"),
+    (["pyinit", "monitor", "--once", "--thresholds", "{bin}"], BINARY, 2,
+     "{bin}:1: malformed JSON"),
+    (["pyinit", "monitor", "--once", "--webhook", "http://"], {}, 2, "expected an http(s) URL"),
+    (["pyinit", "shard", "{deep}", "--out", "{tmp}/out", "--shards", "1"],
+     {"deep": b"[" * 100_000 + b"\n"}, 2, "{deep}:1: malformed JSON: nested too deeply"),
+    (["pyinit", "bench", "io", "--rounds", "0", "{tmp}"], {}, 2, "--rounds: must be from 1"),
+    (["pyinit", "bench", "io", "--runtime", "-1", "{tmp}"], {}, 2, "--runtime: must be from"),
+    (["pyinit", "bench", "io", "--no-fio", "--runtime", "0.1", "--rounds", "1", "{empty}"],
+     {"empty": b""}, 2, "less than one 4096-byte block"),
+    (["pyinit", "bench", "data", "--shards", "0", "--dir", "{tmp}/out"], {}, 2, "--shards: must"),
+    (["pyinit", "bench", "data", "--batch", "-1", "--dir", "{tmp}/out"], {}, 2, "--batch: must"),
+    (["pyinit", "bench", "allreduce", "--iterations", "0", "--out", "{tmp}/out"], {}, 2,
+     "--iterations: must be from 1"),
+    (["pyinit", "bench", "allreduce", "--nproc", "0", "--out", "{tmp}/out"], {}, 2,
+     "--nproc: must be from 1"),
+    (["build", "--out", "{tmp}/out", "--cmdline-default", "podinit.bogus=1"], {}, 2,
+     "unknown parameter podinit.bogus"),
+    (["build", "--out", "{tmp}/out", "--cmdline-default", "podinit.end=explode"], {}, 2,
+     "must be poweroff, reboot or halt"),
+    (["build", "--out", "{tmp}/out", "--cmdline-default", "podinit.grace=-5"], {}, 2,
+     "podinit.grace= needs a whole number"),
+    (["build", "--out", "{tmp}"], {}, 1, "--out is a folder"),
+]  # fmt: skip
+
+
+def command_line(words: list[str], fill: dict[str, str], pod_init_bin: Path) -> list[str]:
+    tools = {
+        "pod-init": [str(pod_init_bin)],
+        "pyinit": [str(pod_init_bin.parent / "pyinit")],
+        "build": [sys.executable, str(BUILD), "--init", str(pod_init_bin)],
+    }
+    return tools[words[0]] + [w.format(**fill) for w in words[1:]]
+
+
+@pytest.mark.parametrize(("words", "files", "status", "message"), BAD_INPUT,
+                         ids=[" ".join(row[0][:3]) for row in BAD_INPUT])  # fmt: skip
+def test_bad_input_is_one_line_and_no_output(words, files, status, message, pod_init_bin,
+                                             h200x2_tree, tmp_path):  # fmt: skip
+    fill = {"tmp": str(tmp_path), "sys": str(h200x2_tree)}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+        fill[name] = str(tmp_path / name)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "SLURM_"))}
+    proc = subprocess.run(command_line(words, fill, pod_init_bin), capture_output=True,
+                          timeout=30, env=env, cwd=tmp_path)  # fmt: skip
+    err = proc.stderr.decode("utf-8")  # strict: no stray bytes reach the terminal
+    assert proc.returncode == status, err
+    assert message.format(**fill) in err, err
+    assert "Traceback" not in err
+    assert not any(c < " " and c != "\n" for c in err), repr(err)  # no control characters
+    for folder in ("out", "run"):
+        assert not (tmp_path / folder).exists(), f"{folder} was created for refused input"
+
+
+def test_a_bad_slurm_node_list_is_named(pyinit_bin, tmp_path):
+    script = tmp_path / "ok.py"
+    script.write_text("pass\n")
+    env = {**os.environ, "SLURM_JOB_NODELIST": "node[1-", "SLURM_NODEID": "0"}
+    proc = run([pyinit_bin, "run", "--run-dir", tmp_path / "run", "--", script], env=env)
+    assert proc.returncode == 2
+    assert "SLURM_JOB_NODELIST='node[1-': " in proc.stderr
+
+
+def test_rank_that_is_not_a_number_is_named(tmp_path):
+    code = "from pyinit.data.dataset import _distributed_rank; _distributed_rank()"
+    proc = run([sys.executable, "-c", code], env={**os.environ, "RANK": "x"}, cwd=tmp_path)
+    assert "RANK='x' in the environment is not a whole number" in proc.stderr
+
+
+def test_reader_arguments_are_value_errors(tmp_path):
+    from pyinit.io import DirectReader
+
+    data = tmp_path / "data"
+    data.write_bytes(bytes(8192))
+    with DirectReader(data) as reader:
+        for call, fragment in (
+            (lambda: reader.read(0, 2**63), "length must be from 0 to 2**63 - 1"),
+            (lambda: reader.read(-1, 10), "offset must be from 0"),
+            (lambda: reader.read_batch(np.array([0.5, 4096.0]), 16), "must be whole numbers"),
+            (lambda: reader.read_batch([0], 16, files=[0.0]), "must be whole numbers"),
+        ):
+            with pytest.raises(ValueError, match=fragment.replace("*", r"\*")):
+                call()
+    with pytest.raises(ValueError, match="queue_depth must be from 1 to 4096"):
+        DirectReader(data, queue_depth=2**40)
+    with pytest.raises(ValueError, match="a path with a NUL byte"):
+        DirectReader(f"{data}\0x")
+
+
+def test_a_fifo_in_the_tree_does_not_block_the_scan(pod_init_bin, pyinit_bin, fresh_8gpu):
+    attribute = fresh_8gpu.paths["0000:04:00.0"] / "numa_node"
+    attribute.unlink()
+    os.mkfifo(attribute)
+    os.unlink(fresh_8gpu.paths["0000:05:00.0"] / "config")
+    os.mkfifo(fresh_8gpu.paths["0000:05:00.0"] / "config")
+    for tool in (pod_init_bin, pyinit_bin):
+        proc = run([tool, "topo", "--json", "--sysfs-root", fresh_8gpu.root])
+        doc = json.loads(proc.stdout)
+        messages = [f["message"] for f in doc["findings"] if f["code"] == "SYSFS_UNREADABLE"]
+        assert any(m.startswith(str(attribute)) for m in messages), messages
+
+
+def test_bytes_that_are_not_utf8_stay_out_of_the_json(pod_init_bin, pyinit_bin, fresh_8gpu):
+    (fresh_8gpu.paths["0000:04:00.0"] / "numa_node").write_bytes(b"\xff\xfe\x1b[31m\n")
+    proc = subprocess.run([pod_init_bin, "topo", "--json", "--sysfs-root", fresh_8gpu.root],
+                          capture_output=True, timeout=20)  # fmt: skip
+    doc = json.loads(proc.stdout.decode("utf-8"))  # strict UTF-8, valid JSON
+    [bad] = [f for f in doc["findings"] if f["code"] == "SYSFS_MALFORMED"]
+    assert "'\\xff\\xfe\\x1b[31m'" in bad["message"]
+    text = subprocess.run([pyinit_bin, "topo", "--sysfs-root", fresh_8gpu.root, "--no-nvml"],
+                          capture_output=True, timeout=20)  # fmt: skip
+    assert b"\x1b" not in text.stdout and b"\xff" not in text.stdout
+    assert "\\xff\\xfe" in text.stdout.decode("utf-8")
+
+
+@pytest.mark.parametrize("backend", ["io_uring", "pread"])
+@pytest.mark.parametrize("call", ["read", "read_batch"])
+def test_closing_under_reading_threads_is_a_clean_error(tmp_path, backend, call):
+    from pyinit.io import DirectReader
+
+    data = tmp_path / "data"
+    data.write_bytes(os.urandom(16 << 20))
+    for _round in range(3):
+        reader = DirectReader(data, queue_depth=8, backend=backend)
+        errors: list[BaseException] = []
+        reads = [0]
+        threads = [
+            threading.Thread(target=read_until_closed, args=(reader, call, reads, errors))
+            for _ in range(4)
+        ]
+        for t in threads:
+            t.start()
+        while reads[0] < 20:
+            time.sleep(0.001)
+        reader.close()
+        for t in threads:
+            t.join(timeout=30)
+        assert not any(t.is_alive() for t in threads)
+        assert len(errors) == 4
+        assert all(type(e).__name__ == "InputError" and "closed reader" in str(e) for e in errors)
+
+
+def read_until_closed(reader, call: str, reads: list[int], errors: list[BaseException]) -> None:
+    rng = np.random.default_rng()
+    try:
+        while True:
+            offsets = rng.integers(0, 4000, 16) * 4096
+            if call == "read":
+                reader.read(int(offsets[0]), 65536)
+            else:
+                reader.read_batch(offsets, 4096)
+            reads[0] += 1
+    except BaseException as e:  # what the thread met is the result
+        errors.append(e)
+
+
+def children_of(pid: int) -> set[int]:
+    """Every live descendant of pid."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+@pytest.mark.slow
+def test_kill_9_of_pyinit_run_leaves_nothing_running(pyinit_bin, tmp_path):
+    script = tmp_path / "forever.py"
+    script.write_text("import time\ntime.sleep(600)\n")
+    proc = subprocess.Popen([pyinit_bin, "run", "--nproc-per-node", "2", "--monitor-interval",
+                             "1", "--run-dir", tmp_path / "run", "--", script],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 60
+    # Wait for both workers: torchrun, its workers and the monitor all under pyinit run.
+    while (
+        len(list((tmp_path / "run" / "status").glob("attempt-*"))) == 0
+        or len(children_of(proc.pid)) < 4
+    ):
+        assert time.monotonic() < deadline, "the workers did not start"
+        time.sleep(0.2)
+    time.sleep(1)
+    descendants = children_of(proc.pid)
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 20
+    alive = descendants
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = {p for p in alive if Path(f"/proc/{p}").exists() and not zombie(p)}
+    assert not alive, f"still running after kill -9 of pyinit run: {alive}"
+
+
+def zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def shard_killed_at(tmp_path: Path, out: Path, stage: str, count: int = 4) -> None:
+    """`pyinit shard` killed (SIGKILL, no cleanup) while writing or after it
+    published 2 of `count` shards."""
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"text": f"record {i} " * 20}) + "\n" for i in range(400)))
+    code = f"""
+import os, signal
+from pyinit.data import sharder
+from pyinit.data.shard_format import ShardWriter
+published = []
+real_publish = ShardWriter.publish
+def publish(self):
+    if len(published) == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    published.append(self)
+    real_publish(self)
+def finish(self):
+    os.kill(os.getpid(), signal.SIGKILL)
+if {stage!r} == "publishing":
+    ShardWriter.publish = publish
+else:
+    ShardWriter.finish = finish
+sharder.shard([{str(source)!r}], {str(out)!r}, {count}, force=True)
+"""
+    proc = run([sys.executable, "-c", code])
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+
+
+def test_kill_9_while_publishing_leaves_a_set_no_reader_takes(pyinit_bin, tmp_path):
+    from pyinit.data import TokenShardDataset
+
+    out = tmp_path / "shards"
+    shard_killed_at(tmp_path, out, "publishing")
+    whole = sorted(p.name for p in out.glob("shard-*.tok"))
+    assert len(whole) == 2 and not (out / "shards.json").exists()
+    assert len(list(out.glob(".shard-*.tmp-*"))) == 2
+    with pytest.raises(ValueError, match=r"no shards\.json: not a whole set"):
+        TokenShardDataset(out, 8, 0, 1)
+    with pytest.raises(ValueError, match=r"2 of the 4 shards of this set are missing"):
+        TokenShardDataset(sorted(out.glob("shard-*.tok")), 8, 0, 1)
+    with pytest.raises(ValueError, match=r"shard 0 of 4 is given twice"):
+        TokenShardDataset([out / whole[0], out / whole[0]], 8, 0, 1)
+    # A rerun refuses the leftover shards without --force, and cleans up with it.
+    source = tmp_path / "in.jsonl"
+    again = run([pyinit_bin, "shard", source, "--out", out, "--shards", "4", "--quiet"])
+    assert again.returncode == 2 and "--force" in again.stderr
+    forced = run([pyinit_bin, "shard", source, "--out", out, "--shards", "4", "--force"])
+    assert forced.returncode == 0, forced.stderr
+    assert "removed 2 temporary shard files of an interrupted run" in forced.stdout
+    assert not list(out.glob(".*tmp*"))
+    assert len(TokenShardDataset(out, 8, 0, 1).paths) == 4
+
+
+def test_kill_9_while_writing_leaves_temporaries_the_next_run_removes(pyinit_bin, tmp_path):
+    out = tmp_path / "shards"
+    shard_killed_at(tmp_path, out, "writing")
+    assert len(list(out.glob(".shard-*.tmp-*"))) == 4 and not list(out.glob("shard-*"))
+    rerun = run([pyinit_bin, "shard", tmp_path / "in.jsonl", "--out", out, "--shards", "2"])
+    assert rerun.returncode == 0, rerun.stderr
+    assert "removed 4 temporary shard files" in rerun.stdout
+    assert sorted(p.name for p in out.iterdir()) == [
+        "shard-00000-of-00002.tok", "shard-00001-of-00002.tok", "shards.json"
+    ]  # fmt: skip
+
+
+def test_shards_of_two_runs_are_not_mixed(tmp_path):
+    from pyinit.data import TokenShardDataset, shard
+
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"text": f"doc {i} " * 30}) + "\n" for i in range(200)))
+    shard([str(source)], str(tmp_path / "a"), 2)
+    shard([str(source)], str(tmp_path / "b"), 2)
+    a0, b1 = tmp_path / "a/shard-00000-of-00002.tok", tmp_path / "b/shard-00001-of-00002.tok"
+    with pytest.raises(ValueError, match="come from different `pyinit shard` runs"):
+        TokenShardDataset([a0, b1], 8, 0, 1)
+    # A folder whose manifest names another run than its shards (a copy gone wrong).
+    shutil.copy(b1, tmp_path / "a" / b1.name)
+    with pytest.raises(ValueError, match="written by another run than the manifest names"):
+        TokenShardDataset(tmp_path / "a", 8, 0, 1)
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """A 16 MiB ext4 on a loop device, mounted (root only)."""
+    if os.geteuid() != 0 or not shutil.which("mkfs.ext4"):
+        pytest.skip("needs root and mkfs.ext4 for a loop-mounted filesystem")
+    image, mount = tmp_path / "fs.img", tmp_path / "mnt"
+    with open(image, "wb") as f:
+        f.truncate(16 << 20)
+    subprocess.run(["mkfs.ext4", "-q", "-m", "0", image], check=True)
+    mount.mkdir()
+    subprocess.run(["mount", "-o", "loop", image, mount], check=True)
+    yield mount
+    subprocess.run(["umount", mount], check=True)
+
+
+def fill(mount: Path) -> None:
+    """Takes every free block of the filesystem."""
+    with open(mount / "filler", "wb", buffering=0) as f:
+        for chunk in (1 << 20, 4096, 1024):  # down to the block size of a small ext4
+            try:
+                while True:
+                    f.write(bytes(chunk))
+            except OSError as e:
+                assert e.errno == 28, e  # ENOSPC: full at this chunk size
+        os.fsync(f.fileno())
+
+
+@pytest.mark.root
+def test_a_full_disk_names_the_file_and_leaves_nothing_half_written(
+    small_filesystem, pod_init_bin, pyinit_bin, h200x2_tree, tmp_path
+):
+    mount = small_filesystem
+    nccl = mount / "nccl"
+    first = run([pod_init_bin, "nccl", "--sysfs-root", h200x2_tree, "--out", nccl])
+    assert first.returncode == 0, first.stderr
+    before = {p.name: p.read_bytes() for p in nccl.iterdir()}
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"text": "x" * 2000}) + "\n" for _ in range(2000)))
+    fill(mount)
+    # The NCCL files: the previous set stays whole, no temporary is left.
+    again = run([pod_init_bin, "nccl", "--sysfs-root", h200x2_tree, "--out", nccl,
+                 "--force-rings"])  # fmt: skip
+    assert again.returncode == 1
+    assert "No space left on device" in again.stderr and str(nccl) in again.stderr
+    assert {p.name: p.read_bytes() for p in nccl.iterdir()} == before
+    # The sharder: exit 1 naming a file, no shard, no temporary, no manifest.
+    shards = mount / "shards"
+    result = run([pyinit_bin, "shard", source, "--out", shards, "--shards", "2", "--quiet"])
+    assert result.returncode == 1, result.stderr
+    assert "No space left on device" in result.stderr and str(shards) in result.stderr
+    assert not shards.exists()
+    # The boot image builder.
+    image = run([sys.executable, BUILD, "--init", pod_init_bin, "--out", mount / "boot.img"])
+    assert image.returncode == 1 and "No space left on device" in image.stderr
+    assert "Traceback" not in image.stderr
+    assert sorted(p.name for p in mount.iterdir()) == ["filler", "lost+found", "nccl"]
+
+
+def test_too_many_shards_for_the_open_file_limit(pyinit_bin, tmp_path):
+    if not shutil.which("prlimit"):
+        pytest.skip("prlimit (util-linux) is not installed")
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"text": f"r{i}"}) + "\n" for i in range(1200)))
+    out = tmp_path / "out"
+    proc = run(["prlimit", "--nofile=1024:1024", pyinit_bin, "shard", source, "--out", out,
+                "--shards", "1100"])  # fmt: skip
+    assert proc.returncode == 2
+    assert "--shards 1100 keeps 1100 files open" in proc.stderr and "at most 1024" in proc.stderr
+    assert not out.exists()
+    # Below the hard limit the soft one is raised as needed.
+    proc = run(["prlimit", "--nofile=256:4096", pyinit_bin, "shard", source, "--out", out,
+                "--shards", "1100", "--quiet"])  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert len(list(out.glob("shard-*.tok"))) == 1100
