@@ -40,6 +40,20 @@ _RENAMED = {"configure_nccl": ("pyinit.nccl", "configure")}
 
 
 def __getattr__(name: str):
+    if name == "_native":
+        # `from pyinit import _native` asks here before it imports the submodule.
+        try:
+            return importlib.import_module("pyinit._native")
+        except ModuleNotFoundError as e:
+            if e.name != "pyinit._native":
+                raise
+            # No compiled module beside this file: a source tree (a checkout on
+            # sys.path), not an installed package.
+            raise ImportError(
+                f"pyinit._native is not built in {__path__[0]}: this is pod-init's source tree; "
+                "install it (pip install .) and run from outside the checkout, or build it in "
+                "place (pip install --no-build-isolation -e .)"
+            ) from None
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     if name in _RENAMED:

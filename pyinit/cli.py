@@ -7,10 +7,11 @@ import argparse
 import json
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyinit import argtypes
-from pyinit.errors import EXIT_FAILURE, EXIT_STATUS_HELP, EXIT_USAGE
+from pyinit.errors import EXIT_FAILURE, EXIT_STATUS_HELP, EXIT_USAGE, InputError
+from pyinit.extras import MissingExtra
 
 if TYPE_CHECKING:
     from pyinit.nvml import NvmlBackend, NvmlView
@@ -20,10 +21,32 @@ if TYPE_CHECKING:
 nvml_backend: NvmlBackend | None = None
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pod-init")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def _name(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("must not be empty")
     return text
+
+
+def _nvml_backend(args: argparse.Namespace) -> NvmlBackend | None:
+    """A recorded NVML (--nvml-replay FILE, from `pyinit nvml --record`), the
+    one a test installed, or None for the real driver."""
+    replay = getattr(args, "nvml_replay", None)
+    if replay is None:
+        return nvml_backend
+    from pyinit.jsonfile import load_json
+    from pyinit.nvml import FakeNvml
+
+    with open(replay, encoding="utf-8", errors="surrogateescape") as f:
+        return FakeNvml(load_json(f.read(), replay))
 
 
 def _read_nvml(args: argparse.Namespace) -> NvmlView | None:
@@ -33,7 +56,7 @@ def _read_nvml(args: argparse.Namespace) -> NvmlView | None:
     if args.no_nvml:
         return None
     try:
-        return read_nvml(nvml_backend)
+        return read_nvml(_nvml_backend(args))
     except NvmlUnavailable as e:
         print(f"pyinit: NVML unavailable ({e}); working from sysfs alone", file=sys.stderr)
         return None
@@ -56,7 +79,7 @@ def _cmd_topo(args: argparse.Namespace) -> int:
 def _cmd_nvml(args: argparse.Namespace) -> int:
     from pyinit.nvml import FakeNvml, NvmlUnavailable, PynvmlBackend, read_nvml
 
-    backend = nvml_backend if nvml_backend is not None else PynvmlBackend()
+    backend = _nvml_backend(args) or PynvmlBackend()
     try:
         if args.record:
             sys.stdout.write(json.dumps(FakeNvml.record(backend), indent=1) + "\n")
@@ -71,6 +94,11 @@ def _cmd_nvml(args: argparse.Namespace) -> int:
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     import importlib
+
+    from pyinit.extras import require
+
+    if args.kind != "io":
+        require("torch", f"pyinit bench {args.kind}")
 
     if args.kind in ("p2p", "h2d"):
         from pyinit.bench import copies
@@ -119,15 +147,23 @@ def _cmd_shard(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from pyinit.run.launcher import run
+    from pyinit.run.launcher import Target, run
 
     command = args.command_line[1:] if args.command_line[:1] == ["--"] else args.command_line
-    if not command:
-        raise ValueError("no script: pyinit run [options] -- SCRIPT [ARGS...]")
+    if args.module and args.no_python:
+        raise InputError("-m and --no-python: give one")
+    if args.module:
+        target = Target("module", args.module, tuple(command))
+    elif not command:
+        raise InputError("no script: pyinit run [options] -- SCRIPT [ARGS...] (or -m MODULE)")
+    else:
+        kind = "program" if args.no_python else "script"
+        target = Target(kind, command[0], tuple(command[1:]))
     return run(
-        command[0],
-        command[1:],
+        target,
         hostfile=args.hostfile,
+        standalone=args.standalone,
+        torchrun=args.torchrun,
         nproc_per_node=args.nproc_per_node,
         master_port=args.master_port,
         max_restarts=args.max_restarts,
@@ -148,34 +184,59 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
     return monitor.main(args, nvml_backend)
 
 
+REPLAY_HELP = "NVML answers recorded by `pyinit nvml --record` instead of the driver"
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions as written, and every option's default in --help (where it
+    has one the help text does not already give)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if default is None or default is False or default == argparse.SUPPRESS or "default" in text:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def _command(sub: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    return sub.add_parser(name, formatter_class=_Formatter, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pyinit",
         description="pod-init supervisor",
         epilog=EXIT_STATUS_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
     )
+    parser.add_argument("--version", action="version", version=f"pyinit {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    topo = sub.add_parser("topo", help="PCIe topology: matrix, links, BARs, findings")
-    topo.add_argument("--sysfs-root", default="/sys", metavar="DIR")
+    topo = _command(sub, "topo", help="PCIe topology: matrix, links, BARs, findings")
+    topo.add_argument("--sysfs-root", default="/sys", metavar="DIR", help="the tree to scan")
     topo.add_argument("--json", action="store_true", help="print one JSON object")
-    topo.add_argument("--expect-gpus", type=argtypes.whole(0, 4096), metavar="N")
+    topo.add_argument("--expect-gpus", type=argtypes.whole(0, 4096), metavar="N",
+                      help="an error finding when fewer GPUs are found")  # fmt: skip
     topo.add_argument("--no-bar0", action="store_true", help="do not map GPU BAR0")
     topo.add_argument("--no-nvml", action="store_true", help="sysfs only, even with a driver")
+    topo.add_argument("--nvml-replay", metavar="FILE",
+                      help=REPLAY_HELP)  # fmt: skip
     topo.set_defaults(handler=_cmd_topo)
 
-    nvml = sub.add_parser("nvml", help="NVML's view: NVLinks, P2P status, BAR1, PCIe, memory")
+    nvml = _command(sub, "nvml", help="NVML's view: NVLinks, P2P status, BAR1, PCIe, memory")
     nvml.add_argument("--json", action="store_true", help="print one JSON object")
     nvml.add_argument(
         "--record", action="store_true", help="print every NVML answer, replayable by FakeNvml"
     )
+    nvml.add_argument("--nvml-replay", metavar="FILE",
+                      help=REPLAY_HELP)  # fmt: skip
     nvml.set_defaults(handler=_cmd_nvml)
 
-    nccl = sub.add_parser(
-        "nccl", help="NCCL topology file, ring graph, env file and hosts lines for this node"
+    nccl = _command(
+        sub, "nccl", help="NCCL topology file, ring graph, env file and hosts lines for this node"
     )
-    nccl.add_argument("--sysfs-root", default="/sys", metavar="DIR")
+    nccl.add_argument("--sysfs-root", default="/sys", metavar="DIR", help="the tree to scan")
     nccl.add_argument("--hints", metavar="FILE", help="regroup devices under switches/NUMA nodes")
     nccl.add_argument("--hostfile", metavar="FILE", help="one IP address per node, node 0 first")
     nccl.add_argument("--out", default=".", metavar="DIR", help="where the files go (default .)")
@@ -189,16 +250,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--channels", type=argtypes.whole(1, 32), metavar="N", help="ring channels in the graph"
     )
     nccl.add_argument("--no-nvml", action="store_true", help="sysfs only, even with a driver")
+    nccl.add_argument("--nvml-replay", metavar="FILE",
+                      help=REPLAY_HELP)  # fmt: skip
     nccl.add_argument(
         "--no-dns", action="store_true", help="host names in the hostfile are an error"
     )
     nccl.add_argument("--proc-root", default="/proc", metavar="DIR", help=argparse.SUPPRESS)
     nccl.set_defaults(handler=_cmd_nccl)
 
-    shard = sub.add_parser("shard", help="JSON Lines or text into token shards for pyinit.data")
+    shard = _command(sub, "shard", help="JSON Lines or text into token shards for pyinit.data")
     shard.add_argument("inputs", nargs="+", metavar="INPUT", help=".jsonl or text, may be .gz")
     shard.add_argument("--out", required=True, metavar="DIR", help="where the shards go")
-    shard.add_argument("--shards", required=True, type=argtypes.whole(1, 65536), metavar="N")
+    shard.add_argument("--shards", required=True, type=argtypes.whole(1, 65536), metavar="N",
+                       help="how many shard files")  # fmt: skip
     shard.add_argument("--field", default="text", help="the JSON field holding the text")
     shard.add_argument(
         "--tokenizer",
@@ -214,17 +278,21 @@ def build_parser() -> argparse.ArgumentParser:
     shard.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     shard.set_defaults(handler=_cmd_shard)
 
-    run = sub.add_parser("run", help="preflight, NCCL files, then torchrun on this node")
+    run = _command(sub, "run", help="preflight, NCCL files, then torchrun on this node")
     run.add_argument("--hostfile", metavar="FILE", help="one IP address per node, node 0 first")
     run.add_argument(
         "--nproc-per-node", default="auto", metavar="N|auto",
         help="workers on this node (auto: one per GPU, else one per CPU up to 8)",
     )  # fmt: skip
     # 65534 at most: the port above it is the run's liveness port.
-    run.add_argument("--master-port", type=argtypes.whole(1, 65534), default=29500, metavar="P")
-    run.add_argument("--max-restarts", type=argtypes.whole(0, 1000), default=0, metavar="K")
-    run.add_argument("--preflight", choices=("warn", "strict", "off"), default="warn")
-    run.add_argument("--expect-gpus", type=argtypes.whole(0, 4096), metavar="N")
+    run.add_argument("--master-port", type=argtypes.whole(1, 65534), default=29500, metavar="P",
+                     help="torchrun's rendezvous port on node 0")  # fmt: skip
+    run.add_argument("--max-restarts", type=argtypes.whole(0, 1000), default=0, metavar="K",
+                     help="worker-group restarts torchrun may make")  # fmt: skip
+    run.add_argument("--preflight", choices=("warn", "strict", "off"), default="warn",
+                     help="strict: do not start on an error finding")  # fmt: skip
+    run.add_argument("--expect-gpus", type=argtypes.whole(0, 4096), metavar="N",
+                     help="a preflight error when fewer GPUs are found")  # fmt: skip
     run.add_argument("--run-dir", metavar="DIR", help="events.jsonl, NCCL files (pyinit-run/nodeR)")
     run.add_argument(
         "--monitor-interval", type=argtypes.seconds(0.1, 3600, zero=True), default=5.0, metavar="S",
@@ -234,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--sysfs-root",
         default="/sys",
         metavar="DIR",
-        help="scan this tree (a fixture) (default /sys)",
+        help="scan this tree (a fixture)",
     )
     run.add_argument(
         "--rescan", action="store_true", help="scan even when PID 1 left a scan of this boot"
@@ -243,13 +311,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--boot-state", default="/run/pod-init", metavar="DIR",
         help="where PID 1 left its scan and NCCL files (default /run/pod-init)",
     )  # fmt: skip
+    run.add_argument("-m", dest="module", metavar="MODULE",
+                     help="run a module as python -m does (ARGS after --)")  # fmt: skip
+    run.add_argument("--no-python", action="store_true",
+                     help="SCRIPT is a program to execute, not Python")  # fmt: skip
+    run.add_argument("--standalone", action="store_true",
+                     help="this node alone, whatever SLURM or the environment say")  # fmt: skip
+    run.add_argument(
+        "--torchrun", default="", metavar="'OPTIONS'",
+        help="more torchrun options, quoted as one (e.g. '--log-dir L --redirects 3'); "
+        "those pyinit run sets itself are refused",
+    )  # fmt: skip
     run.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- SCRIPT [ARGS...]")
     run.set_defaults(handler=_cmd_run)
 
-    mon = sub.add_parser("monitor", help="GPU utilization, PCIe bandwidth, NVMe latency; alerts")
-    mon.add_argument("--interval", type=argtypes.seconds(0.1, 3600), default=5.0, metavar="S")
-    mon.add_argument("--once", action="store_true", help="one sample as JSON, then exit")
-    mon.add_argument("--json", action="store_true", help="JSON Lines on stdout")
+    mon = _command(sub, "monitor", help="GPU utilization, PCIe bandwidth, NVMe latency; alerts")
+    mon.add_argument("--interval", type=argtypes.seconds(0.1, 3600), default=5.0, metavar="S",
+                     help="seconds between samples")  # fmt: skip
+    mon.add_argument("--once", action="store_true",
+                     help="one sample (a table, or JSON with --json), then exit")  # fmt: skip
+    mon.add_argument("--json", action="store_true",
+                     help="JSON Lines on stdout instead of the live table")  # fmt: skip
     mon.add_argument("--out", metavar="FILE", help="append JSON Lines to FILE")
     mon.add_argument(
         "--prometheus", metavar="HOST:PORT", help="serve /metrics (e.g. 127.0.0.1:9400)"
@@ -260,7 +342,8 @@ def build_parser() -> argparse.ArgumentParser:
     mon.add_argument(
         "--webhook", metavar="URL", help="Alertmanager-style alerts, firing and resolved"
     )
-    mon.add_argument("--webhook-header", action="append", metavar="'NAME: VALUE'")
+    mon.add_argument("--webhook-header", action="append", metavar="'NAME: VALUE'",
+                     help="an HTTP header for the webhook (repeatable; never logged)")  # fmt: skip
     mon.add_argument(
         "--thresholds", metavar="FILE", help="JSON: gpu_util_low, nvme_read_latency_us..."
     )
@@ -268,8 +351,8 @@ def build_parser() -> argparse.ArgumentParser:
     mon.add_argument("--sys-block", default="/sys/block", help=argparse.SUPPRESS)
     mon.set_defaults(handler=_cmd_monitor)
 
-    bench = sub.add_parser(
-        "bench", help="benchmarks: io (fio), data (memmap), allreduce (nccl-tests), p2p, h2d"
+    bench = _command(
+        sub, "bench", help="benchmarks: io (fio), data (memmap), allreduce (nccl-tests), p2p, h2d"
     )
     kinds = bench.add_subparsers(dest="kind", required=True, metavar="KIND")
     io = kinds.add_parser("io", help="4 KiB random and 1 MiB sequential reads, beside fio",
@@ -307,6 +390,9 @@ def main(argv: list[str] | None = None) -> int:
         # The reader left (`pyinit topo | head`); silence the flush at exit too.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_FAILURE
+    except MissingExtra as e:
+        print(f"pyinit: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except ValueError as e:
         # InputError (a ValueError) already names the option, or the file and line.
         print(f"pyinit: {e}", file=sys.stderr)

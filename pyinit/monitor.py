@@ -14,6 +14,7 @@ node_exporter textfile, Alertmanager-style webhooks.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
@@ -263,8 +264,21 @@ def redact_url(url: str) -> str:
 
 class Webhook:
     def __init__(self, url: str, headers: dict[str, str], log: IO[str]):
+        # user:password@ in the URL: sent as basic auth (urllib would try to resolve
+        # "user:password@host" as a host name), and never shown in a log line.
+        parts = urllib.parse.urlsplit(url)
+        self.headers = dict(headers)
+        if parts.username is not None:
+            user = urllib.parse.unquote(parts.username)
+            password = urllib.parse.unquote(parts.password or "")
+            token = base64.b64encode(f"{user}:{password}".encode()).decode()
+            self.headers.setdefault("Authorization", f"Basic {token}")
+            host = parts.hostname or ""
+            if ":" in host:
+                host = f"[{host}]"
+            netloc = host + (f":{parts.port}" if parts.port else "")
+            url = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
         self.url = url
-        self.headers = headers
         self.log = log
 
     def send(self, payload: dict[str, Any]) -> None:
@@ -372,6 +386,55 @@ class Monitor:
                 "gpu_unavailable": self.gpus.unavailable}  # fmt: skip
 
 
+class LiveTable:
+    """What plain `pyinit monitor` prints, in the manner of `nvidia-smi dmon`:
+    a line per GPU and per block device each sample, a header every
+    HEADER_EVERY lines; figures in GB/s, GiB, µs."""
+
+    HEADER_EVERY = 20
+    HEADER = (
+        "# time     device      util%  mem GiB  pcie tx/rx GB/s  nvlink tx/rx GB/s  temp C\n"
+        "#          device       reads/s    MB/s  read lat us\n"
+    )
+
+    def __init__(self, out: IO[str]):
+        self._out = out
+        self._lines = 0
+
+    def write(self, sample: dict[str, Any]) -> None:
+        clock = time.strftime("%H:%M:%S", time.localtime(sample["time"]))
+        lines = []
+        for gpu in sample.get("gpus", []):
+            if "error" in gpu:
+                lines.append(f"{clock}  gpu {gpu['gpu']:<6} {gpu['error']}")
+                continue
+            gb = {key: (gpu.get(key) or 0) / 1e9 for key in (
+                "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s",
+                "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s")}  # fmt: skip
+            lines.append(
+                f"{clock}  gpu {gpu['gpu']:<6} {gpu.get('utilization_percent') or 0:6.0f}"
+                f" {(gpu.get('memory_used_bytes') or 0) / 2**30:8.1f}"
+                f" {gb['pcie_tx_bytes_per_s']:8.2f}/{gb['pcie_rx_bytes_per_s']:<7.2f}"
+                f" {gb['nvlink_tx_bytes_per_s']:9.2f}/{gb['nvlink_rx_bytes_per_s']:<8.2f}"
+                f" {gpu.get('temperature_celsius') or 0:6.0f}"
+            )
+        for block in sample.get("block", []):
+            latency = block["read_latency_us"]
+            shown = "-" if latency is None else f"{latency:.0f}"
+            lines.append(
+                f"{clock}  {block['device']:<10} {block['read_iops']:9.0f}"
+                f" {block['read_bytes_per_s'] / 1e6:7.1f}  {shown:>11}"
+            )
+        for alert in sample.get("alerts_firing", []):
+            lines.append(f"{clock}  ALERT {alert['alertname']} {alert.get('gpu', '')}".rstrip())
+        for line in lines:
+            if self._lines % self.HEADER_EVERY == 0:
+                self._out.write(self.HEADER)
+            self._out.write(line + "\n")
+            self._lines += 1
+        self._out.flush()
+
+
 def _headers(values: list[str]) -> dict[str, str]:
     headers = {}
     for value in values:
@@ -383,7 +446,8 @@ def _headers(values: list[str]) -> dict[str, str]:
     return headers
 
 
-def main(args: Any, nvml_backend: Any = None, out: IO[str] = sys.stdout) -> int:
+def main(args: Any, nvml_backend: Any = None, out: IO[str] | None = None) -> int:
+    out = out or sys.stdout  # looked up now, so a replaced stdout (a test's) is used
     thresholds = Thresholds.from_file(args.thresholds) if args.thresholds else Thresholds()
     headers = _headers(args.webhook_header or [])
     if args.webhook and (
@@ -398,6 +462,9 @@ def main(args: Any, nvml_backend: Any = None, out: IO[str] = sys.stdout) -> int:
     server = metrics.serve(args.prometheus) if metrics and args.prometheus else None
     webhook = Webhook(args.webhook, headers, sys.stderr) if args.webhook else None
     sink = open(args.out, "a", encoding="utf-8") if args.out else out  # noqa: SIM115
+    # With no machine output asked for, a person is watching: the live table.
+    exporting = args.json or args.out or args.prometheus or args.textfile or args.webhook
+    table = LiveTable(out) if not exporting else None
     taken = 0
     try:
         time.sleep(0.5 if args.once else args.interval)  # a period for the first deltas
@@ -407,9 +474,11 @@ def main(args: Any, nvml_backend: Any = None, out: IO[str] = sys.stdout) -> int:
             changes = monitor.alerts.update(sample, now)
             firing = monitor.alerts.firing()
             sample["alerts_firing"] = [{"alertname": a.name, **a.labels} for a in firing]
-            if args.json or args.out or args.once:
+            if args.json or args.out:
                 sink.write(json.dumps(sample) + "\n")
                 sink.flush()
+            if table is not None:
+                table.write(sample)
             if metrics:
                 metrics.update(sample, firing)
                 if args.textfile:

@@ -147,3 +147,30 @@ def test_pid_1_of_a_namespace_is_not_the_machine_init(pod_init_bin):
     )  # fmt: skip
     assert "started as the machine's init" not in result.stdout
     assert result.returncode in (0, 1)
+
+
+def test_tini_flags_remap_an_exit_status_and_signal_the_group(pod_init_bin, tmp_path):
+    assert subprocess.run([pod_init_bin, "-e", "3", "--", "sh", "-c", "exit 3"]).returncode == 0
+    assert subprocess.run([pod_init_bin, "-e", "3", "--", "sh", "-c", "exit 4"]).returncode == 4
+    # -g: a TERM reaches the grandchild too, which a plain forward to the shell would not.
+    marker = tmp_path / "grandchild-got-term"
+    script = f"trap 'touch {marker}; exit 0' TERM; while :; do sleep 0.05; done"
+    proc = subprocess.Popen([pod_init_bin, "-g", "-v", "--", "sh", "-c", f"sh -c \"{script}\"; :"],
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=20)
+    assert marker.exists(), err
+    assert "forwarded TERM to the command's process group" in err
+    bad = subprocess.run([pod_init_bin, "-e", "300", "--", "true"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "-e needs an exit status from 0 to 255" in bad.stderr
+
+
+def test_version_and_per_command_help(pod_init_bin):
+    version = subprocess.run([pod_init_bin, "--version"], capture_output=True, text=True)
+    assert version.returncode == 0 and version.stdout.startswith("pod-init ")
+    for command in ("topo", "nccl", "read", "modules", "params"):
+        proc = subprocess.run([pod_init_bin, command, "--help"], capture_output=True, text=True)
+        assert proc.returncode == 0
+        assert proc.stdout.startswith(f"usage: pod-init {command} "), proc.stdout
+        assert "exit status:" in proc.stdout

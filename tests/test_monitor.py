@@ -157,3 +157,53 @@ def test_once_json_without_nvml_reports_block_devices(pyinit_bin, tmp_path):
     bare = subprocess.run(command, capture_output=True, text=True)
     assert bare.returncode == 2 and "expected 'NAME: VALUE'" in bare.stderr
     assert "SECRET3" not in bare.stderr
+
+
+def test_plain_monitor_prints_a_live_table(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "nvml_backend", fake_nvml([10, 50, 90, 95]))
+    monkeypatch.setattr("pyinit.monitor.LiveTable.HEADER_EVERY", 4)
+    assert cli.main(["monitor", "--interval", "0.1", "--count", "3"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    gpu_lines = [line for line in out if "  gpu " in line]
+    assert len(gpu_lines) == 6  # two GPUs, three samples
+    assert [line.split()[3] for line in gpu_lines[-2:]] == ["90", "90"]  # util% column
+    assert out[0].startswith("# time") and sum(line.startswith("# time") for line in out) >= 2
+    # --once without --json: one human snapshot, no JSON.
+    monkeypatch.setattr(cli, "nvml_backend", fake_nvml([42]))
+    assert cli.main(["monitor", "--once"]) == 0
+    snapshot = capsys.readouterr().out
+    assert "# time" in snapshot and "{" not in snapshot
+
+
+def test_credentials_in_a_webhook_url_go_as_basic_auth_and_are_never_logged():
+    import base64
+    import io
+
+    from pyinit.monitor import Webhook
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    RECEIVED.clear()
+    log = io.StringIO()
+    url = f"http://alert%40ops:s3cr%3At@127.0.0.1:{server.server_address[1]}/hook"
+    payload = {"status": "firing", "alerts": [{"labels": {"alertname": "Test"}}]}
+    Webhook(url, {}, log).send(payload)
+    server.shutdown()
+    server.server_close()
+    [(_body, headers)] = RECEIVED
+    expected = base64.b64encode(b"alert@ops:s3cr:t").decode()
+    assert headers["Authorization"] == f"Basic {expected}"
+    assert "sent to http://127.0.0.1:" in log.getvalue()
+    assert "s3cr" not in log.getvalue() and "alert@ops" not in log.getvalue()
+
+
+def test_alertmanager_times_are_wall_clock():
+    import time
+
+    from pyinit.monitor import alertmanager_payload
+
+    engine = AlertEngine(Thresholds(gpu_util_for_s=0, nvme_read_latency_us=0), "node")
+    sample = {"gpus": [{"gpu": 0, "pci_bus_id": "0000:00:06.0", "utilization_percent": 10}]}
+    [(status, alert)] = engine.update(sample, 5.0)  # a monotonic clock reading, as in main()
+    entry = alertmanager_payload(status, alert, "node", time.time())["alerts"][0]
+    assert entry["startsAt"][:4] == time.strftime("%Y", time.gmtime())  # not 1970

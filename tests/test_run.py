@@ -243,11 +243,18 @@ def test_a_killed_node_ends_the_others_and_is_named(pyinit_bin, three_namespaces
     assert progress.exists()
 
 
-def test_nodes_from_slurm_and_from_the_environment():
+def test_nodes_from_slurm_and_from_the_environment(monkeypatch):
+    import socket
+
     from pyinit.run.launcher import find_nodes
 
+    with pytest.raises(ValueError, match=r"the master 'pyinit-no-such-node\.invalid' does not"):
+        find_nodes(None, {"SLURM_JOB_NODELIST": "pyinit-no-such-node.invalid"})
+    resolved = []
+    monkeypatch.setattr(socket, "getaddrinfo", lambda name, *a, **k: resolved.append(name))
     slurm = find_nodes(None, {"SLURM_JOB_NODELIST": "gpu[07-09]", "SLURM_NODEID": "2",
                               "SLURM_NNODES": "3"})  # fmt: skip
+    assert resolved == ["gpu07"]  # the master, once, up front
     assert (slurm.count, slurm.rank, slurm.master, slurm.source) == (3, 2, "gpu07", "slurm")
     env = find_nodes(None, {"MASTER_ADDR": "10.1.0.5", "NODE_RANK": "1", "NNODES": "4"})
     assert (env.count, env.rank, env.master, env.source) == (4, 1, "10.1.0.5", "environment")
@@ -291,3 +298,35 @@ def test_nvml_health_errors_are_preflight_errors():
         ("warning", "ROW_REMAP_PENDING", second),
         ("error", "PCIE_WIDTH_DEGRADED", first),
     }
+
+
+def test_a_module_a_program_standalone_and_torchrun_options(pyinit_bin, tmp_path):
+    (tmp_path / "mymodule.py").write_text("import sys\nsys.exit(len(sys.argv) + 3)\n")
+    as_module = pyinit_run(pyinit_bin, "--nproc-per-node", "1", "--run-dir", tmp_path / "m",
+                           "-m", "mymodule", "--", "a", cwd=tmp_path)  # fmt: skip
+    assert as_module.returncode == 5, as_module.stderr[-2000:]  # argv: [module, "a"]
+    program = tmp_path / "program.sh"
+    program.write_text("#!/bin/sh\nexit 6\n")
+    program.chmod(0o755)
+    as_program = pyinit_run(pyinit_bin, "--nproc-per-node", "1", "--run-dir", tmp_path / "p",
+                            "--no-python", "--", program)  # fmt: skip
+    assert as_program.returncode == 6, as_program.stderr[-2000:]
+    script = tmp_path / "ok.py"
+    script.write_text("pass\n")
+    logs = tmp_path / "torchrun-logs"
+    env = {**os.environ, "SLURM_JOB_NODELIST": "elsewhere[1-4]", "SLURM_NODEID": "2"}
+    alone = pyinit_run(pyinit_bin, "--nproc-per-node", "1", "--run-dir", tmp_path / "s",
+                       "--standalone", "--torchrun", f"--log-dir {logs}", "--", script,
+                       env=env)  # fmt: skip
+    assert alone.returncode == 0, alone.stderr[-2000:]
+    assert logs.is_dir()  # torchrun took the passed-on option
+    assert events(tmp_path / "s")[0]["nodes"]["source"] == "single"
+    for args, message in (
+        (["--torchrun", "--nnodes 2", "--", script], "pyinit run sets --nnodes itself"),
+        (["-m", "no_such_module_here"], "no module named 'no_such_module_here'"),
+        (["--no-python", "--", tmp_path / "nothing"], "no such program"),
+        (["-m", "mymodule", "--no-python"], "-m and --no-python: give one"),
+    ):
+        refused = pyinit_run(pyinit_bin, "--run-dir", tmp_path / "x", *args, cwd=tmp_path)
+        assert refused.returncode == 2 and message in refused.stderr, refused.stderr
+        assert not (tmp_path / "x").exists()

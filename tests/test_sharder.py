@@ -10,6 +10,7 @@ import io
 import itertools
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -88,7 +89,7 @@ def test_assignment_is_stable_across_runs_and_input_order(tmp_path):
 def test_the_kernels_are_compiled_and_agree_with_their_python_source():
     assert Path(_kernels.__file__).suffix == ".so"
     spec = importlib.util.spec_from_file_location(
-        "kernels_source", Path(_kernels.__file__).with_name("_kernels.py")
+        "kernels_source", Path(sharder.__file__).with_name("_kernels.py")
     )
     source = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(source)
@@ -275,3 +276,18 @@ def test_large_vocabulary_gets_four_byte_tokens(tmp_path):
         70_000,
         1,
     ]
+
+
+def test_progress_on_gzip_input_counts_compressed_bytes(tmp_path, monkeypatch):
+
+    source = tmp_path / "in.jsonl.gz"
+    with gzip.open(source, "wt") as f:
+        for i in range(20000):
+            f.write(json.dumps({"text": f"record {i} " * 8}) + "\n")
+    monkeypatch.setattr(sharder, "CHUNK_RECORDS", 1000)
+    monkeypatch.setattr(sharder, "PROGRESS_EVERY_S", 0.0)
+    stream = io.StringIO()
+    summary = shard([str(source)], str(tmp_path / "out"), 2, progress=stream)
+    percents = [int(share) for share in re.findall(r"\((\d+)%\)", stream.getvalue())]
+    assert percents and max(percents) <= 100.0
+    assert summary.input_bytes == source.stat().st_size  # the file's bytes, not the text's

@@ -51,6 +51,15 @@ sigset_t supervised_signals() {
   }
   // The caller may have blocked these for every thread; the command must not inherit that.
   sigprocmask(SIG_UNBLOCK, &supervised, nullptr);
+  if (options.process_group) {
+    setpgid(0, 0);
+    if (isatty(STDIN_FILENO)) {
+      // A background group may not take the terminal without this.
+      signal(SIGTTOU, SIG_IGN);
+      tcsetpgrp(STDIN_FILENO, getpid());
+      signal(SIGTTOU, SIG_DFL);
+    }
+  }
   std::vector<char*> argv;
   for (const std::string& arg : options.command) argv.push_back(const_cast<char*>(arg.c_str()));
   argv.push_back(nullptr);
@@ -112,6 +121,9 @@ int supervise(const SupervisorOptions& options) {
     fail("fork");
   }
   if (child == 0) exec_child(options, set, parent, report[1]);
+  // Also here, so no signal can reach the group before the child made it.
+  if (options.process_group) setpgid(child, child);
+  const pid_t target = options.process_group ? -child : child;
   close(report[1]);
   int exec_errno = 0;
   ssize_t got;
@@ -139,8 +151,11 @@ int supervise(const SupervisorOptions& options) {
     }
     if (sig > 0 && sig != SIGCHLD) {
       // ESRCH: it ended and is reaped below; anything else is worth a line.
-      if (kill(child, sig) != 0 && errno != ESRCH) {
+      if (kill(target, sig) != 0 && errno != ESRCH) {
         log(std::string("cannot forward ") + sigabbrev_np(sig) + ": " + errno_text(errno));
+      } else if (options.verbose) {
+        log(std::string("forwarded ") + sigabbrev_np(sig) +
+            (options.process_group ? " to the command's process group" : " to the command"));
       }
       if (options.on_signal) options.on_signal(sig);
       if ((sig == SIGTERM || sig == SIGINT) && kill_at == 0) {
@@ -164,12 +179,14 @@ int supervise(const SupervisorOptions& options) {
       if (pid == child) {
         status = reaped_status;
         ended = true;
+      } else if (options.verbose) {
+        log("reaped orphan " + std::to_string(pid));
       }
     }
     if (!ended && options.on_tick) options.on_tick();
     if (!ended && kill_at != 0 && monotonic_ms() >= kill_at) {
       log("the command did not end within the grace period: sending KILL");
-      if (kill(child, SIGKILL) != 0 && errno != ESRCH) {
+      if (kill(target, SIGKILL) != 0 && errno != ESRCH) {
         log(std::string("cannot KILL the command: ") + errno_text(errno));
       }
       kill_at = 0;

@@ -30,6 +30,11 @@ struct SupervisorOptions {
   // Sent to the command when this process dies, even by KILL (PR_SET_PDEATHSIG);
   // 0: none. pyinit run sets it so nothing outlives a killed supervisor.
   int parent_death_signal = 0;
+  // tini's -g: the command leads a process group of its own (and the terminal's
+  // foreground, when stdin is one), and signals go to the whole group.
+  bool process_group = false;
+  // tini's -v: a line for every signal forwarded and every process reaped.
+  bool verbose = false;
 };
 
 // The command's exit code: its status, 128 + the signal that killed it, 127

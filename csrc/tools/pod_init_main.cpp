@@ -37,35 +37,47 @@ constexpr int kExitOk = 0;
 constexpr int kExitFindings = 1;
 constexpr int kExitUsage = 2;
 
-constexpr const char* kUsage =
-    "usage: pod-init [--grace SECONDS] -- COMMAND [ARGS...]\n"
-    "       pod-init topo [--sysfs-root DIR] [--json] [--expect-gpus N] [--no-bar0]\n"
-    "       pod-init nccl [--sysfs-root DIR] [--hints FILE] [--hostfile FILE] [--out DIR]\n"
-    "                     [--force-rings] [--socket-ifname NAME] [--channels N] [--proc-root DIR]\n"
-    "       pod-init read PATH [--offset BYTES] [--length BYTES] [--queue-depth N]\n"
-    "       pod-init modules [--release-dir DIR] NAME...\n"
-    "       pod-init params LINE...\n"
-    "\n"
-    "  --     Runs COMMAND as a child: forwards TERM, INT, HUP, USR1, USR2, QUIT, WINCH;\n"
-    "         reaps every process (a child subreaper when not PID 1); after TERM or INT\n"
-    "         KILLs a command still running after the grace period (default 10 s).\n"
-    "         Exits with the command's status, 128+N when signal N killed it, 127 when\n"
-    "         it was not found, 126 when it could not be run. As PID 1 of the machine\n"
-    "         (the boot image's /init) pod-init reads podinit.* from the kernel command\n"
-    "         line instead; see README.\n"
-    "  topo   PCIe topology of this node: GPU/NIC/NVMe matrix, links, BARs, findings.\n"
-    "         Exit status 0 when no finding is an error, 1 otherwise, 2 for bad usage.\n"
-    "  nccl   NCCL configuration: writes nccl-topo.xml, nccl-graph.xml, nccl.env (and\n"
-    "         hosts with --hostfile) in DIR (default .) and prints the rings.\n"
-    "         Exit status 0, 1 when sysfs or DIR cannot be used, 2 for bad input.\n"
-    "  read   Reads PATH (a file or block device) with the O_DIRECT reader and prints\n"
-    "         the SHA-256 of the bytes read. Exit status 0, 1 when it cannot be read.\n"
-    "  modules  The modules.dep lines of NAME... and of everything they need, dependencies\n"
-    "         first, from DIR (default /lib/modules/$(uname -r)): what PID 1 loads for\n"
-    "         podinit.modules, and what initramfs/build puts in the image.\n"
-    "  params  Checks podinit.KEY=VALUE lines as PID 1 reads /etc/pod-init.conf: one line\n"
-    "         per problem, exit 2 when there is one (initramfs/build runs it).\n"
-    "\n"
+struct CommandHelp {
+  const char* name;  // "" for the supervisor (`pod-init -- COMMAND`)
+  const char* usage;
+  const char* text;
+};
+
+constexpr CommandHelp kCommands[] = {
+    {"", "pod-init [--grace SECONDS] [-g] [-e CODE]... [-v] -- COMMAND [ARGS...]\n",
+     "  --      Runs COMMAND as a child, as tini does: forwards TERM, INT, HUP, USR1, USR2,\n"
+     "          QUIT, WINCH; reaps every process (a child subreaper when not PID 1); after\n"
+     "          TERM or INT KILLs a command still running after the grace period (default\n"
+     "          10 s). -g: the command gets a process group of its own and signals go to\n"
+     "          the group; -e CODE: exit status CODE counts as 0 (repeatable); -v: a line\n"
+     "          per signal forwarded and process reaped. As PID 1 of the machine (the boot\n"
+     "          image's /init) pod-init reads podinit.* from the kernel command line\n"
+     "          instead; see docs/pod-init.md.\n"},
+    {"topo", "pod-init topo [--sysfs-root DIR] [--json] [--expect-gpus N] [--no-bar0]\n",
+     "  topo    PCIe topology of this node: GPU/NIC/NVMe matrix, links, BARs, findings.\n"
+     "          --sysfs-root DIR (default /sys), --json one document, --expect-gpus N\n"
+     "          (0 to 4096) an error finding for fewer, --no-bar0 no BAR0 mapping.\n"},
+    {"nccl",
+     "pod-init nccl [--sysfs-root DIR] [--hints FILE] [--hostfile FILE] [--out DIR]\n"
+     "              [--force-rings] [--socket-ifname NAME] [--channels N] [--proc-root DIR]\n",
+     "  nccl    NCCL configuration: writes nccl-topo.xml, nccl-graph.xml, nccl.env (and\n"
+     "          hosts with --hostfile) in DIR (default .) and prints the rings. Defaults:\n"
+     "          --sysfs-root /sys, --proc-root /proc, --channels from the ring's bandwidth\n"
+     "          (1 to 32), --socket-ifname the interface that reaches node 0.\n"},
+    {"read", "pod-init read PATH [--offset BYTES] [--length BYTES] [--queue-depth N]\n",
+     "  read    Reads PATH (a file or block device) with the O_DIRECT reader and prints\n"
+     "          the SHA-256 of the bytes read. Defaults: --offset 0, --length to the end,\n"
+     "          --queue-depth 32 (1 to 4096).\n"},
+    {"modules", "pod-init modules [--release-dir DIR] NAME...\n",
+     "  modules The modules.dep lines of NAME... and of everything they need, dependencies\n"
+     "          first, from DIR (default /lib/modules/$(uname -r)): what PID 1 loads for\n"
+     "          podinit.modules, and what initramfs/build puts in the image.\n"},
+    {"params", "pod-init params LINE...\n",
+     "  params  Checks podinit.KEY=VALUE lines as PID 1 reads /etc/pod-init.conf: one line\n"
+     "          per problem (initramfs/build runs it).\n"},
+};
+
+constexpr const char* kExitStatus =
     "exit status:\n"
     "  0    success\n"
     "  1    a system call failed (the message names the file and the errno text), or the\n"
@@ -74,8 +86,32 @@ constexpr const char* kUsage =
     "  N    a supervised command's own status (pod-init -- CMD, pyinit run); 128+N when\n"
     "       signal N ended it, 127 when it was not found, 126 when it could not be run\n";
 
+// The usage lines of every command (`command` null) or of one.
+std::string usage_lines(const char* command) {
+  std::string usage;
+  for (const CommandHelp& entry : kCommands) {
+    if (command != nullptr && std::string(entry.name) != command) continue;
+    usage += (usage.empty() ? "usage: " : "       ") + std::string(entry.usage);
+  }
+  return usage;
+}
+
+// Usage, what the command does, then the exit-status table.
+std::string help(const char* command) {
+  std::string text;
+  for (const CommandHelp& entry : kCommands) {
+    if (command == nullptr || std::string(entry.name) == command) text += entry.text;
+  }
+  return usage_lines(command) + "\n" + text + "\n" + kExitStatus;
+}
+
+int print_help(const char* command) {
+  std::fputs(help(command).c_str(), stdout);
+  return kExitOk;
+}
+
 int usage_error(const std::string& message) {
-  std::fprintf(stderr, "pod-init: %s\n%s", message.c_str(), kUsage);
+  std::fprintf(stderr, "pod-init: %s\n%s", message.c_str(), usage_lines(nullptr).c_str());
   return kExitUsage;
 }
 
@@ -116,8 +152,7 @@ int run_topo(const std::vector<std::string>& args) {
       }
       options.expect_gpus = static_cast<int>(*count);
     } else if (arg == "-h" || arg == "--help") {
-      std::fputs(kUsage, stdout);
-      return kExitOk;
+      return print_help("topo");
     } else {
       return usage_error("topo: unknown argument '" + arg + "'");
     }
@@ -156,8 +191,7 @@ int run_nccl(const std::vector<std::string>& args) {
       request.channels = static_cast<int>(*count);
       ++i;
     } else if (arg == "-h" || arg == "--help") {
-      std::fputs(kUsage, stdout);
-      return kExitOk;
+      return print_help("nccl");
     } else {
       return usage_error("nccl: unknown argument '" + arg + "'");
     }
@@ -202,6 +236,7 @@ int run_read(const std::vector<std::string>& args) {
                        : args[i] == "--length"      ? &length
                        : args[i] == "--queue-depth" ? &depth
                                                     : nullptr;
+    if (args[i] == "-h" || args[i] == "--help") return print_help("read");
     if (target != nullptr) {
       auto number = parse_count(value);
       if (!number) return usage_error(args[i] + " needs a whole number");
@@ -252,8 +287,7 @@ int run_modules(const std::vector<std::string>& args) {
       }
       release_dir = args[++i];
     } else if (args[i] == "-h" || args[i] == "--help") {
-      std::fputs(kUsage, stdout);
-      return kExitOk;
+      return print_help("modules");
     } else if (!args[i].empty() && args[i][0] != '-') {
       names.push_back(args[i]);
     } else {
@@ -276,8 +310,7 @@ int run_modules(const std::vector<std::string>& args) {
 
 int run_params(const std::vector<std::string>& args) {
   if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) {
-    std::fputs(kUsage, stdout);
-    return kExitOk;
+    return print_help("params");
   }
   std::string text;
   for (const std::string& line : args) text += line + "\n";
@@ -292,13 +325,28 @@ int run_params(const std::vector<std::string>& args) {
 // namespace inherits its orphans anyway; elsewhere a subreaper gets them.
 int run_wrapper(const std::vector<std::string>& args) {
   pod_init::SupervisorOptions options;
+  std::vector<int> success_codes;  // -e: statuses that count as 0
   size_t i = 0;
   for (; i < args.size() && args[i] != "--"; ++i) {
+    const std::string* value = i + 1 < args.size() ? &args[i + 1] : nullptr;
     if (args[i] == "--grace") {
-      auto seconds = parse_count(i + 1 < args.size() ? &args[i + 1] : nullptr);
+      auto seconds = parse_count(value);
       if (!seconds || *seconds > 3600) return usage_error("--grace needs seconds from 0 to 3600");
       options.grace_ms = static_cast<unsigned>(*seconds * 1000);
       ++i;
+    } else if (args[i] == "-e") {
+      auto code = parse_count(value);
+      if (!code || *code > 255) return usage_error("-e needs an exit status from 0 to 255");
+      success_codes.push_back(static_cast<int>(*code));
+      ++i;
+    } else if (args[i] == "-g") {
+      options.process_group = true;
+    } else if (args[i] == "-v") {
+      options.verbose = true;
+    } else if (args[i] == "-s") {
+      // tini's -s: pod-init is a subreaper whenever it is not PID 1 anyway.
+    } else if (args[i] == "-h" || args[i] == "--help") {
+      return print_help("");
     } else {
       return usage_error("unknown option '" + args[i] + "'");
     }
@@ -314,7 +362,12 @@ int run_wrapper(const std::vector<std::string>& args) {
                    pod_init::errno_text(-rc).c_str());
     }
   }
-  return reporting_errors([&] { return pod_init::supervise(options); });
+  return reporting_errors([&] {
+    int status = pod_init::supervise(options);
+    bool expected =
+        std::find(success_codes.begin(), success_codes.end(), status) != success_codes.end();
+    return expected ? kExitOk : status;
+  });
 }
 
 }  // namespace
@@ -324,16 +377,17 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) return usage_error("missing command");
   std::string command = args.front();
-  if (command == "--" || command == "--grace") return run_wrapper(args);
+  if (command == "-h" || command == "--help") return print_help(nullptr);
+  if (command == "-V" || command == "--version") {
+    std::printf("pod-init %s\n", POD_INIT_VERSION);
+    return kExitOk;
+  }
+  if (command.rfind("-", 0) == 0) return run_wrapper(args);
   args.erase(args.begin());
   if (command == "topo") return run_topo(args);
   if (command == "nccl") return run_nccl(args);
   if (command == "read") return run_read(args);
   if (command == "modules") return run_modules(args);
   if (command == "params") return run_params(args);
-  if (command == "-h" || command == "--help") {
-    std::fputs(kUsage, stdout);
-    return kExitOk;
-  }
   return usage_error("unknown command '" + command + "'");
 }

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from pyinit import argtypes
 from pyinit.bench.plotting import pyplot
+from pyinit.extras import note_missing
 from pyinit.jsonfile import write_json
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -211,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--machine", default=os.uname().nodename)
     parser.add_argument("--out", default=".", help="folder for allreduce.json and allreduce.png")
     args = parser.parse_args(argv)
+    note_missing("matplotlib", "the PNG", "pyinit bench allreduce")
     sizes = sweep(args.min, args.max, args.factor)
     if not sizes:
         raise ValueError(f"--min {args.min} is above --max {args.max}")

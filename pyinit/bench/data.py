@@ -13,6 +13,7 @@ import argparse
 import importlib.util
 import json
 import platform
+import shutil
 import statistics
 import tempfile
 import time
@@ -27,8 +28,10 @@ from pyinit import argtypes
 from pyinit.bench.io import drop_caches
 from pyinit.bench.plotting import pyplot
 from pyinit.data import TokenShardDataset, _kernels, sharder
+from pyinit.data import dataset as dataset_module
 from pyinit.data.shard_format import HEADER_BYTES, ShardWriter, read_header
 from pyinit.errors import InputError
+from pyinit.extras import installed, note_missing
 from pyinit.jsonfile import write_json
 
 VOCAB = 50257  # GPT-2's: uint16 tokens, as nanoGPT stores them
@@ -133,7 +136,8 @@ def loader_rounds(paths: list[str], args: argparse.Namespace, cold_ok: bool) -> 
 
 def kernels_source() -> ModuleType:
     """pyinit/data/_kernels.py run as plain Python: the same loops, not compiled."""
-    path = Path(_kernels.__file__).with_name("_kernels.py")
+    # Beside the package's Python files (an editable install keeps the compiled module elsewhere).
+    path = Path(sharder.__file__).with_name("_kernels.py")
     spec = importlib.util.spec_from_file_location("pyinit_kernels_source", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -152,11 +156,9 @@ def sharder_throughput(folder: Path, megabytes: int, interpreted_megabytes: int)
         return path
 
     results = {}
-    plain = kernels_source()
-    for name, module, size in (
-        ("compiled", _kernels, megabytes),
-        ("plain Python", plain, interpreted_megabytes),
-    ):
+    sizes = {"compiled": megabytes, "plain Python": interpreted_megabytes}
+    for name, module in kernel_variants().items():
+        size = sizes[name]
         source = jsonl(folder / f"sharder-{size}.jsonl", size << 20)
         sharder._kernels = module
         try:
@@ -171,12 +173,21 @@ def sharder_throughput(folder: Path, megabytes: int, interpreted_megabytes: int)
     return results
 
 
+def kernel_variants() -> dict[str, ModuleType]:
+    """The compiled loops, and their source run uncompiled where Cython (whose
+    pure Python mode the source imports) is installed."""
+    variants = {"compiled": _kernels}
+    if installed("cython"):
+        variants["plain Python"] = kernels_source()
+    return variants
+
+
 def window_kernel_cost(paths: list[str], args: argparse.Namespace) -> dict:
     """Microseconds to work out one batch's windows, compiled and as plain Python."""
     dataset = TokenShardDataset(paths, args.seq_len, 0, 1, batch_size=args.batch)
     out = {}
-    for name, module in (("compiled", _kernels), ("plain Python", kernels_source())):
-        dataset._kernels = module
+    for name, module in kernel_variants().items():
+        dataset_module._kernels = module  # the loops the dataset's module calls
         try:
             count = 2000 if module is _kernels else 20
             start = time.perf_counter()
@@ -184,7 +195,7 @@ def window_kernel_cost(paths: list[str], args: argparse.Namespace) -> dict:
                 dataset.windows(b)
             out[name] = (time.perf_counter() - start) / count * 1e6
         finally:
-            dataset._kernels = _kernels
+            dataset_module._kernels = _kernels
     return out
 
 
@@ -245,8 +256,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sharder-mb", type=argtypes.whole(1, 1 << 20), default=64,
                         help="JSONL for the sharder run")  # fmt: skip
     parser.add_argument("--out", default=".", help="folder for data_bench.json and .png")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the shards in --dir for the next run"
+    )
     args = parser.parse_args(argv)
+    note_missing("matplotlib", "the PNG", "pyinit bench data")
+    note_missing("cython", "the comparison with uncompiled loops", "pyinit bench data")
     folder = Path(args.dir)
+    made = not folder.exists()
+    fate = "kept: --keep" if args.keep else "removed at the end; --keep keeps them"
+    print(f"pyinit bench data: {args.gib / (1 << 30):g} GiB of shards in {folder} ({fate})")
+    try:
+        return run_benchmark(args, folder)
+    finally:
+        if not args.keep:
+            shutil.rmtree(folder / "shards", ignore_errors=True)
+            if made:
+                shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_benchmark(args: argparse.Namespace, folder: Path) -> int:
     paths = make_shards(folder / "shards", args.gib, args.shards)
     cold_ok = drop_caches()
     if not cold_ok:

@@ -33,6 +33,7 @@ import numpy as np
 from pyinit import argtypes
 from pyinit.bench.plotting import pyplot
 from pyinit.errors import InputError
+from pyinit.extras import note_missing
 from pyinit.io import DirectReader, aligned_empty
 from pyinit.jsonfile import write_json
 
@@ -104,13 +105,14 @@ def loop_device_over(image: Path) -> Iterator[str]:
         subprocess.run(["losetup", "-d", device], check=True)
 
 
+def target_size(target: str) -> int:
+    """Bytes in a file or block device (OSError naming it when it cannot be opened)."""
+    with open(target, "rb") as f:
+        return f.seek(0, os.SEEK_END)
+
+
 def offsets_for(pattern: Pattern, size: int, count: int, rng: np.random.Generator) -> np.ndarray:
     blocks = size // pattern.block_size
-    if blocks == 0:
-        raise InputError(
-            f"the target holds {size} bytes, less than one {pattern.block_size}-byte block: "
-            "give a file or device with data (or --loop SIZE)"
-        )
     if pattern.rw == "randread":
         return rng.integers(0, blocks, count, dtype=np.int64) * pattern.block_size
     return (np.arange(count, dtype=np.int64) % blocks) * pattern.block_size
@@ -258,8 +260,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="write JSON here (and a PNG beside it)")
     parser.add_argument("--machine", default=os.uname().nodename)
     args = parser.parse_args(argv)
+    note_missing("matplotlib", "the PNG", "pyinit bench io")
     if (args.target is None) == (args.loop is None):
         parser.error("give a TARGET or --loop SIZE")
+    largest = max(p.block_size for p in PATTERNS)
+    size = target_size(args.target) if args.target else args.loop
+    if size < largest:
+        raise InputError(
+            f"{args.target or '--loop'} holds {size} bytes, less than one {largest}-byte block of "
+            "the sequential pattern: give a file or device with more data (or --loop SIZE)"
+        )
     fio = shutil.which("fio") if not args.no_fio else None
     if not args.no_fio and fio is None:
         print("pyinit bench io: fio is not installed; measuring our reader alone", file=sys.stderr)

@@ -11,6 +11,10 @@ _LAZY = {"TokenShardDataset": "pyinit.data.dataset", "shard": "pyinit.data.shard
 
 
 def __getattr__(name: str):
+    if name == "TokenShardDataset":
+        from pyinit.extras import require
+
+        require("torch", "pyinit.data.TokenShardDataset")
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'pyinit.data' has no attribute {name!r}")

@@ -27,6 +27,7 @@ import numpy as np
 from pyinit.data import _kernels
 from pyinit.data.shard_format import MANIFEST, ShardWriter, dead_temporaries, token_bytes_for
 from pyinit.errors import InputError
+from pyinit.extras import require
 from pyinit.jsonfile import parse_json, sync_directory, write_json
 
 FORMATS = ("jsonl", "text")
@@ -67,13 +68,9 @@ class HuggingFaceTokenizer:
     """A tokenizer.json through the tokenizers package (batch encoding in Rust)."""
 
     def __init__(self, path: str):
-        try:
-            from tokenizers import Tokenizer as HfTokenizer
-        except ImportError:
-            raise InputError(
-                f"{path}: reading a tokenizer.json needs the Hugging Face tokenizers package "
-                "(pip install tokenizers)"
-            ) from None
+        require("tokenizers", f"pyinit shard --tokenizer {path}")
+        from tokenizers import Tokenizer as HfTokenizer
+
         if not os.path.isfile(path):
             raise FileNotFoundError(
                 errno.ENOENT, "no such tokenizer file (give 'byte' or a tokenizer.json)", path
@@ -174,10 +171,28 @@ class _Progress:
         self._stream.flush()
 
 
-def _open_input(path: str) -> IO[bytes]:
-    if path.endswith(".gz"):
-        return gzip.open(path, "rb")
-    return open(path, "rb")
+class _Input:
+    """An input's lines, and how far into the file (compressed bytes for .gz)
+    they have come, so progress runs against the file's own size."""
+
+    def __init__(self, path: str):
+        self._file = open(path, "rb")  # noqa: SIM115 - closed in close()
+        self.lines: IO[bytes] = (
+            gzip.GzipFile(fileobj=self._file) if path.endswith(".gz") else (self._file)
+        )
+        self._seen = 0
+
+    def consumed(self, line: bytes) -> int:
+        """Bytes of the file this line took (for .gz: how far the file was read)."""
+        if self.lines is self._file:
+            return len(line)
+        position = self._file.tell()
+        step, self._seen = position - self._seen, position
+        return step
+
+    def close(self) -> None:
+        self.lines.close()
+        self._file.close()
 
 
 def _json_kind(value: object) -> str:
@@ -211,11 +226,12 @@ def _records(
 ) -> Iterator[tuple[str | None, bytes, int]]:
     """(text, its UTF-8 bytes, input bytes consumed) per line; text is None for
     lines that make no record (blank, or invalid and skipped)."""
-    with _open_input(path) as f:
+    source = _Input(path)
+    try:
         try:
-            for number, raw in enumerate(f, 1):
+            for number, raw in enumerate(source.lines, 1):
                 if not raw.strip():
-                    yield None, b"", len(raw)
+                    yield None, b"", source.consumed(raw)
                     continue
                 try:
                     text = _record_text(raw, fmt, text_field)
@@ -226,7 +242,7 @@ def _records(
                 except ValueError as e:
                     error = e
                 else:
-                    yield text, blob, len(raw)
+                    yield text, blob, source.consumed(raw)
                     continue
                 where = f"{path}:{number}: {error}"
                 if not skip_invalid:
@@ -234,9 +250,11 @@ def _records(
                 summary.skipped += 1
                 if len(summary.skipped_examples) < 5:
                     summary.skipped_examples.append(where)
-                yield None, b"", len(raw)
+                yield None, b"", source.consumed(raw)
         except (gzip.BadGzipFile, EOFError) as e:
             raise InputError(f"{path}: damaged gzip stream: {e}") from None
+    finally:
+        source.close()
 
 
 def _existing_shards(out_dir: Path) -> list[Path]:

@@ -15,9 +15,12 @@ C++ core's, the same loop `pod-init -- CMD` runs.
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import json
 import os
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -31,6 +34,7 @@ from typing import IO, Any
 
 from pyinit import _native
 from pyinit.errors import InputError
+from pyinit.extras import require
 from pyinit.run.preflight import PREFLIGHT_MODES, preflight
 
 # What the core's supervisor takes: the signals it forwards, and SIGCHLD.
@@ -95,6 +99,14 @@ def find_nodes(hostfile: str | None, env: Mapping[str, str]) -> Nodes:
         count = _int_env(env, "SLURM_NNODES", len(names))
         rank = _int_env(env, "SLURM_NODEID", 0)
         _check_rank(rank, count, "SLURM_NODEID")
+        # torchrun would retry an unresolvable master for minutes: find out now, once.
+        try:
+            socket.getaddrinfo(names[0], None, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError) as e:
+            reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            raise InputError(
+                f"SLURM_JOB_NODELIST: the master {names[0]!r} does not resolve: {reason}"
+            ) from None
         return Nodes(count, rank, names[0], "slurm", tuple(names))
     if "MASTER_ADDR" in env:
         count = _int_env(env, "NNODES", _int_env(env, "WORLD_SIZE", 1))
@@ -118,17 +130,62 @@ def _check_rank(rank: int, count: int, key: str) -> None:
         raise InputError(f"{key}={rank} does not fit {count} nodes")
 
 
+@dataclass(frozen=True)
+class Target:
+    """What each worker runs: a script, a module (``-m``) or a program (``--no-python``)."""
+
+    kind: str  # script, module, program
+    name: str
+    args: tuple[str, ...] = ()
+
+    def check(self) -> None:
+        """InputError when there is nothing to run by that name."""
+        if self.kind == "script" and not Path(self.name).is_file():
+            raise InputError(f"{self.name}: no such script")
+        if self.kind == "module":
+            top = self.name.split(".")[0]
+            # Where the workers look: sys.path and the working directory (see the worker).
+            search = [*sys.path, os.getcwd()]
+            if not top or importlib.machinery.PathFinder.find_spec(top, search) is None:
+                raise InputError(f"-m {self.name}: no module named {top!r} here")
+        if self.kind == "program" and shutil.which(self.name) is None:
+            raise InputError(f"--no-python {self.name}: no such program (or not executable)")
+
+
+# The torchrun options pyinit run sets itself; --torchrun passes on any other.
+OWNED_TORCHRUN_OPTIONS = {
+    "--nnodes", "--node-rank", "--node_rank", "--master-addr", "--master_addr",
+    "--master-port", "--master_port", "--nproc-per-node", "--nproc_per_node",
+    "--max-restarts", "--max_restarts", "--no-python", "--no_python", "--standalone",
+    "--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint", "--rdzv_endpoint", "-m",
+    "--module", "--run-path", "--run_path",
+}  # fmt: skip
+
+
+def torchrun_options(text: str) -> list[str]:
+    """--torchrun's words, refusing the options pyinit run owns."""
+    try:
+        words = shlex.split(text)
+    except ValueError as e:
+        raise InputError(f"--torchrun {text!r}: {e}") from None
+    for word in words:
+        option = word.split("=", 1)[0]
+        if option in OWNED_TORCHRUN_OPTIONS:
+            raise InputError(f"--torchrun: pyinit run sets {option} itself (see pyinit run --help)")
+    return words
+
+
 def torchrun_command(nodes: Nodes, nproc: int, port: int, restarts: int, status_dir: Path,
-                     script: str, args: Sequence[str]) -> list[str]:  # fmt: skip
+                     target: Target, extra: Sequence[str] = ()) -> list[str]:  # fmt: skip
     return [
         sys.executable, "-m", "torch.distributed.run",
         "--nnodes", str(nodes.count), "--node-rank", str(nodes.rank),
         "--master-addr", nodes.master, "--master-port", str(port),
-        "--nproc-per-node", str(nproc), "--max-restarts", str(restarts),
+        "--nproc-per-node", str(nproc), "--max-restarts", str(restarts), *extra,
         # -P: the working directory stays off sys.path, so a checkout of pod-init
         # there cannot shadow the installed package (python -m would put it first).
         "--no-python", sys.executable, "-P", "-m", "pyinit.run.worker", str(status_dir),
-        script, *args,
+        target.kind, target.name, *target.args,
     ]  # fmt: skip
 
 
@@ -178,10 +235,11 @@ def _worker_status(status_dir: Path) -> int | None:
 
 
 def run(
-    script: str,
-    args: Sequence[str],
+    target: Target,
     *,
     hostfile: str | None = None,
+    standalone: bool = False,
+    torchrun: str = "",
     nproc_per_node: str = "auto",
     master_port: int = 29500,
     max_restarts: int = 0,
@@ -195,18 +253,19 @@ def run(
     nvml_backend: Any = None,
     out: IO[str] = sys.stderr,
 ) -> int:
-    """Runs SCRIPT under torchrun on this node; returns the exit status."""
+    """Runs the target under torchrun on this node; returns the exit status."""
     started = time.monotonic()
     nproc = _nproc(nproc_per_node)  # every check before anything is written
-    if not Path(script).is_file():
-        raise InputError(f"{script}: no such script")
-    if importlib.util.find_spec("torch") is None:
-        raise InputError("pyinit run starts torchrun, which needs torch: pip install torch")
+    extra = torchrun_options(torchrun)
+    target.check()
+    if standalone and hostfile:
+        raise InputError("--standalone is one node alone: it takes no --hostfile")
+    require("torch", "pyinit run (torchrun)")
     if preflight_mode not in PREFLIGHT_MODES:
         raise InputError(f"--preflight must be warn, strict or off, not {preflight_mode!r}")
     if run_dir and Path(run_dir).exists() and not Path(run_dir).is_dir():
         raise InputError(f"--run-dir {run_dir}: exists and is not a folder")
-    nodes = find_nodes(hostfile, os.environ)
+    nodes = find_nodes(hostfile, {} if standalone else os.environ)
     folder = Path(run_dir or f"pyinit-run/node{nodes.rank}")
     log = EventLog(folder / "events.jsonl")
     log.write("start", argv=sys.argv, nodes=nodes.to_dict(), pid=os.getpid())
@@ -244,7 +303,7 @@ def run(
     status_dir.mkdir(parents=True, exist_ok=True)
     for stale in [*status_dir.glob("rank-*.json"), *status_dir.glob("attempt-*")]:
         stale.unlink()
-    command = torchrun_command(nodes, nproc, master_port, max_restarts, status_dir, script, args)
+    command = torchrun_command(nodes, nproc, master_port, max_restarts, status_dir, target, extra)
     monitor = None
     parent = os.getpid()
     if monitor_interval > 0:

@@ -1,0 +1,83 @@
+"""A user's first minutes: `pip install .` without extras in a fresh virtual
+environment, then every subcommand's minimal invocation either works or says
+in one line which extra it needs (exit 2, no traceback); the source tree
+imported without its compiled module says what to do."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+import sysfs_fixtures
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def bare_env(tmp_path_factory) -> Path:
+    """A virtual environment holding pod-init and its required dependencies only."""
+    root = tmp_path_factory.mktemp("bare")
+    wheels = root / "wheels"
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation",
+                            "--no-deps", "-q", "-w", wheels, REPO],
+                           capture_output=True, text=True)  # fmt: skip
+    assert built.returncode == 0, built.stderr[-3000:]
+    env = root / "venv"
+    venv.create(env, with_pip=True)
+    wheel = next(wheels.glob("pod_init-*.whl"))
+    installed = subprocess.run([env / "bin/pip", "install", "-q", wheel],
+                               capture_output=True, text=True)  # fmt: skip
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    return env
+
+
+@pytest.mark.slow
+def test_every_command_works_or_names_its_extra(bare_env, tmp_path):
+    sysfs = tmp_path / "sys"
+    sysfs_fixtures.build_h200x2(sysfs)
+    corpus = tmp_path / "in.jsonl"
+    corpus.write_text('{"text": "hello world"}\n{"text": "another record"}\n')
+    data = tmp_path / "data"
+    data.write_bytes(os.urandom(1 << 20))
+    pyinit = str(bare_env / "bin/pyinit")
+    cases = [
+        ([pyinit, "--version"], 0, "pyinit "),
+        ([pyinit, "topo", "--sysfs-root", sysfs, "--no-nvml"], 0, "GPU0"),
+        ([pyinit, "nccl", "--sysfs-root", sysfs, "--out", tmp_path / "nccl", "--no-nvml"], 0,
+         "wrote:"),
+        ([pyinit, "shard", corpus, "--out", tmp_path / "shards", "--shards", "1"], 0, "records"),
+        ([pyinit, "shard", corpus, "--out", tmp_path / "s2", "--shards", "1", "--tokenizer",
+          tmp_path / "t.json"], 2, "pip install 'pod-init[tokenizers]'"),
+        ([pyinit, "run", "--", corpus], 2, "pyinit run (torchrun) needs torch: pip install "
+         "'pod-init[train]'"),
+        ([pyinit, "monitor", "--once", "--json", "--interval", "0.1"], 0, '"block"'),
+        ([pyinit, "bench", "io", "--no-fio", "--runtime", "0.2", "--rounds", "1", data], 0,
+         "pip install 'pod-init[plots]'"),
+        ([pyinit, "bench", "data"], 2, "pip install 'pod-init[train]'"),
+        ([pyinit, "bench", "allreduce"], 2, "pip install 'pod-init[train]'"),
+        ([pyinit, "bench", "p2p"], 2, "pip install 'pod-init[train]'"),
+        ([bare_env / "bin/python", "-c", "from pyinit.data import TokenShardDataset"], 1,
+         "pip install 'pod-init[train]'"),
+    ]  # fmt: skip
+    for command, status, fragment in cases:
+        proc = subprocess.run([str(c) for c in command], capture_output=True, text=True,
+                              timeout=120, cwd=tmp_path)  # fmt: skip
+        shown = proc.stdout + proc.stderr
+        assert proc.returncode == status, (command, shown[-2000:])
+        assert fragment in shown, (command, shown[-2000:])
+        if status != 1:
+            assert "Traceback" not in shown, (command, shown[-2000:])
+
+
+def test_the_source_tree_without_its_module_says_what_to_do():
+    # -S: without site-packages, so no installed or editable copy can supply the module.
+    proc = subprocess.run([sys.executable, "-S", "-c", "import pyinit; pyinit.scan"],
+                          capture_output=True, text=True, cwd=REPO)  # fmt: skip
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: pyinit._native is not built in ")
+    assert "pip install ." in last
