@@ -21,13 +21,21 @@ if TYPE_CHECKING:
 nvml_backend: NvmlBackend | None = None
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+class _VersionAction(argparse.Action):
+    """--version, looked up only when asked for: the package metadata costs
+    milliseconds every `pyinit run` would otherwise pay."""
 
-    try:
-        return version("pod-init")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any):
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: Any) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("pod-init")
+        except PackageNotFoundError:
+            found = "unknown (not installed)"
+        parser.exit(message=f"pyinit {found}\n")
 
 
 def _name(text: str) -> str:
@@ -210,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXIT_STATUS_HELP,
         formatter_class=_Formatter,
     )
-    parser.add_argument("--version", action="version", version=f"pyinit {_version()}")
+    parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     topo = _command(sub, "topo", help="PCIe topology: matrix, links, BARs, findings")

@@ -13,18 +13,21 @@
 
 namespace pod_init::sysfs {
 
-int open_attribute(const std::string& path) {
-  // O_NONBLOCK: a FIFO in a tree (a fixture, a hostile --sysfs-root) must not
-  // block the open; a file that is not regular is refused before any read.
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) return -errno;
+namespace {
+
+bool is_regular(int fd) {
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    int err = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
-    ::close(fd);
-    return -err;
-  }
-  return fd;
+  return ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+}  // namespace
+
+int open_attribute(const std::string& path) {
+  // O_NONBLOCK: a FIFO in a tree (a fixture, a hostile --sysfs-root) opens at
+  // once and reads as empty instead of waiting for a writer. No fstat here: the
+  // scan is bound by system calls, and only an empty read needs the check.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  return fd < 0 ? -errno : fd;
 }
 
 int read_text(const std::string& path, std::string* out, size_t limit) {
@@ -43,6 +46,9 @@ int read_text(const std::string& path, std::string* out, size_t limit) {
     text.append(buf, static_cast<size_t>(n));
     // sysfs returns an attribute in one read; a short read is the end.
     if (static_cast<size_t>(n) < sizeof buf) break;
+  }
+  if ((result == -EAGAIN || (result == 0 && text.empty())) && !is_regular(fd)) {
+    result = -EINVAL;  // a FIFO or a device, not an attribute
   }
   ::close(fd);
   if (result < 0) return result;

@@ -12,9 +12,8 @@ namespace pod_init::sysfs {
 
 // Whole attribute without trailing whitespace. Attributes are small; reads stop
 // at `limit` bytes (larger for /proc and module index files).
-// Opens a regular file for reading without blocking on a FIFO or a device;
-// -EINVAL for anything that is not a regular file (-EISDIR for a folder).
-// Returns the descriptor or -errno.
+// Opens a file for reading without blocking on a FIFO or a device (which then
+// read as empty; read_text() refuses them with -EINVAL). The descriptor or -errno.
 int open_attribute(const std::string& path);
 int read_text(const std::string& path, std::string* out, size_t limit = 64 << 10);
 // Target of a symbolic link, as stored.
