@@ -20,6 +20,7 @@ any worker count, which is also what lets a checkpoint resume with another.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -106,11 +107,11 @@ def check_whole_set(headers: list[ShardHeader], runs: dict[str, tuple[int, str]]
             raise InputError(
                 f"{header.path} and {first.path} come from different `pyinit shard` runs"
             )
-    indices = [h.shard_index for h in headers]
-    duplicates = sorted({i for i in indices if indices.count(i) > 1})
+    counts = Counter(h.shard_index for h in headers)  # linear: a set may hold 65,536 shards
+    duplicates = sorted(index for index, seen in counts.items() if seen > 1)
     if duplicates:
         raise InputError(f"shard {duplicates[0]} of {first.shard_count} is given twice")
-    missing = sorted(set(range(first.shard_count)) - set(indices))
+    missing = sorted(set(range(first.shard_count)) - counts.keys())
     if missing:
         shown = ", ".join(str(i) for i in missing[:8]) + (" ..." if len(missing) > 8 else "")
         raise InputError(
