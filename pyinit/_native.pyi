@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['DirectReader', 'NcclConfig', 'NodeList', 'Topology', 'aligned_empty', 'become_subreaper', 'die_with_parent', 'end_children', 'expand_nodelist', 'load_node_list', 'load_topology', 'nccl_config', 'scan_topology', 'supervise']
+__all__: list[str] = ['DirectReader', 'NcclConfig', 'NodeList', 'Topology', 'aligned_empty', 'become_subreaper', 'die_with_parent', 'end_children', 'expand_nodelist', 'load_node_list', 'load_topology', 'nccl_config', 'read_boot_id', 'scan_topology', 'supervise']
 class Topology:
     def expect_gpus(self, count: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
@@ -190,6 +190,10 @@ def load_topology(text: str, source: str) -> Topology:
 def nccl_config(topology: Topology, nodes: ... | None = None, hints: str = '', out_dir: str = '.', socket_ifname: str = '', force_rings: bool = False, channels: typing.SupportsInt | typing.SupportsIndex = 0, details: collections.abc.Mapping[str, tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, collections.abc.Sequence[tuple[str, str, typing.SupportsInt | typing.SupportsIndex]]]] = {}, environment: collections.abc.Mapping[str, str] = {}, proc_root: str = '/proc') -> NcclConfig:
     """
     Builds the NCCL configuration from a scanned topology and a node list (nothing is written until write()). InputError for bad input, OSError when the hints file cannot be read.
+    """
+def read_boot_id(proc_root: str = '/proc') -> str:
+    """
+    This boot's id (/proc/sys/kernel/random/boot_id), as PID 1 records it; '' when the kernel does not say.
     """
 def scan_topology(sysfs_root: str = '/sys', expect_gpus: typing.SupportsInt | typing.SupportsIndex = -1, probe_bar0: bool = True) -> Topology:
     """

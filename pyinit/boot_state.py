@@ -28,10 +28,10 @@ class BootState:
 
 
 def current_boot_id(proc_root: str = "/proc") -> str:
-    try:
-        return Path(proc_root, "sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
+    """This boot's id, read by the same code PID 1 writes node.json with."""
+    from pyinit import _native
+
+    return _native.read_boot_id(proc_root)
 
 
 def read_boot_state(folder: str | os.PathLike[str] = DEFAULT_DIR) -> BootState | None:

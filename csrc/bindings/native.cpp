@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "common/error.hpp"
+#include "init/boot_state.hpp"
 #include "init/supervisor.hpp"
 #include "io/direct_reader.hpp"
 #include "nccl/hostfile.hpp"
@@ -359,6 +360,10 @@ PYBIND11_MODULE(_native, m) {
         }
       },
       "Orphaned descendants re-parent to this process (PR_SET_CHILD_SUBREAPER).");
+
+  m.def("read_boot_id", &pod_init::read_boot_id, py::arg("proc_root") = "/proc",
+        "This boot's id (/proc/sys/kernel/random/boot_id), as PID 1 records it; '' when the "
+        "kernel does not say.");
 
   m.def("end_children", &pod_init::end_children,
         "KILLs and reaps every process still a child of this one; returns how many.");

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from pyinit import _native
-from pyinit.errors import InputError
+from pyinit.errors import EXIT_FAILURE, InputError
 from pyinit.extras import require
 from pyinit.run.preflight import PREFLIGHT_MODES, preflight
 
@@ -43,7 +43,6 @@ SUPERVISED = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, sign
 # torchrun gives its workers 30 s after a TERM before it KILLs them; wait past that.
 TORCHRUN_GRACE_S = 30.0
 ESCALATE_AFTER_S = TORCHRUN_GRACE_S + 10.0
-EXIT_PREFLIGHT = 1
 LIVENESS_LINGER_S = 3.0
 # Workers per node: far above any GPU count, and a bound on what torchrun is asked to fork.
 MAX_NPROC = 1024
@@ -278,9 +277,9 @@ def run(
     log.write("preflight", mode=preflight_mode, gpus=gpus, topology=node.source,
               problems=[asdict(p) for p in problems])  # fmt: skip
     if preflight_mode == "strict" and any(p.severity == "error" for p in problems):
-        log.write("end", status=EXIT_PREFLIGHT, reason="preflight errors (strict)")
+        log.write("end", status=EXIT_FAILURE, reason="preflight errors (strict)")
         print("pyinit run: preflight found errors; not starting (--preflight strict)", file=out)
-        return EXIT_PREFLIGHT
+        return EXIT_FAILURE
     nproc = nproc or gpus or min(os.cpu_count() or 1, 8)
     env = dict(os.environ, PYINIT_RUN_DIR=str(folder.resolve()))
     if nodes.interface and "GLOO_SOCKET_IFNAME" not in env:
