@@ -6,7 +6,7 @@ Configurations, interleaved round by round so drift hits all of them alike:
   pod-init         the env file of `pyinit nccl` (topology file, socket interface)
   pod-init-forced  the same with --force-rings (NCCL takes the ring graph unchecked)
 
-Each run is `torchrun -m pyinit.bench.allreduce` with NCCL_DEBUG=INFO; the log
+Each run is `torchrun -m pyinit.bench.collectives all_reduce` with NCCL_DEBUG=INFO; the log
 shows whether NCCL loaded the topology file and the graph. Prints a table,
 writes JSON (and a PNG when matplotlib is there) into --out-dir.
 
@@ -71,7 +71,8 @@ def run_allreduce(gpus: int, sizes: str, extra_env: dict[str, str], work: Path, 
         "--standalone",
         f"--nproc-per-node={gpus}",
         "-m",
-        "pyinit.bench.allreduce",
+        "pyinit.bench.collectives",
+        "all_reduce",
         "--sizes",
         sizes,
         "--out",
@@ -103,15 +104,15 @@ def summarize(runs: dict[str, list[dict]]) -> dict[str, dict[int, dict[str, floa
     for name, documents in runs.items():
         by_size: dict[int, list[dict]] = {}
         for document in documents:
-            for row in document["rows"]:
-                by_size.setdefault(row["size"], []).append(row)
+            for row in document["results"]:
+                by_size.setdefault(row["size"], []).append(row["in_place"])
         table[name] = {
             size: {
-                "busbw_median": statistics.median(r["busbw"] for r in rows),
-                "busbw_min": min(r["busbw"] for r in rows),
-                "busbw_max": max(r["busbw"] for r in rows),
-                "time_us_median": statistics.median(r["time_us"] for r in rows),
-                "wrong": sum(r["wrong"] for r in rows),
+                "busbw_median": statistics.median(r["bus_bw"] for r in rows),
+                "busbw_min": min(r["bus_bw"] for r in rows),
+                "busbw_max": max(r["bus_bw"] for r in rows),
+                "time_us_median": statistics.median(r["time"] for r in rows),
+                "wrong": sum(r["nwrong"] for r in rows),
             }
             for size, rows in sorted(by_size.items())
         }

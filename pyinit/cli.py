@@ -112,7 +112,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from pyinit.bench import copies
 
         return copies.main(args.options, args.kind)
-    return importlib.import_module(f"pyinit.bench.{args.kind}").main(args.options)
+    if args.kind in ("io", "data"):
+        return importlib.import_module(f"pyinit.bench.{args.kind}").main(args.options)
+    from pyinit.bench import collectives
+
+    return collectives.main(args.options, args.kind)
 
 
 def _cmd_nccl(args: argparse.Namespace) -> int:
@@ -360,7 +364,10 @@ def build_parser() -> argparse.ArgumentParser:
     mon.set_defaults(handler=_cmd_monitor)
 
     bench = _command(
-        sub, "bench", help="benchmarks: io (fio), data (memmap), allreduce (nccl-tests), p2p, h2d"
+        sub,
+        "bench",
+        help="benchmarks: io (fio), data (memmap), allreduce and other collectives (nccl-tests), "
+        "p2p, h2d",
     )
     kinds = bench.add_subparsers(dest="kind", required=True, metavar="KIND")
     io = kinds.add_parser("io", help="4 KiB random and 1 MiB sequential reads, beside fio",
@@ -370,7 +377,11 @@ def build_parser() -> argparse.ArgumentParser:
                               add_help=False)  # fmt: skip
     loader.set_defaults(handler=_cmd_bench, takes_options=True)
     for kind, text in (
-        ("allreduce", "all-reduce size sweep in nccl-tests' columns (NCCL on GPUs, gloo on CPU)"),
+        ("allreduce", "all-reduce size sweep in nccl-tests' flags and columns (NCCL or gloo)"),
+        ("allgather", "all-gather, as all_gather_perf"),
+        ("reducescatter", "reduce-scatter, as reduce_scatter_perf"),
+        ("alltoall", "all-to-all, as alltoall_perf"),
+        ("broadcast", "broadcast, as broadcast_perf"),
         ("p2p", "GPU-to-GPU copy bandwidth, one way and both ways, every pair"),
         ("h2d", "pinned host memory to and from each GPU"),
     ):

@@ -1,5 +1,6 @@
-"""`pyinit bench allreduce`, `p2p` and `h2d`: the sweep runs for real (gloo
-on CPU here, NCCL on the lent GPU machines) and reports nccl-tests' columns;
+"""`pyinit bench allreduce` and the other collectives, `p2p` and `h2d`: the
+sweeps run for real (gloo on CPU here, NCCL on the lent GPU machines) and
+report nccl-tests' sizes and columns;
 the copy benchmarks measure where there are GPUs and refuse plainly where
 there are none."""
 
@@ -12,37 +13,98 @@ import subprocess
 import pytest
 import torch
 
-from pyinit.bench.allreduce import bus_factor, sweep
+from pyinit.bench.collectives import COLLECTIVES, nccl_tests_sizes
 
 
-def test_sweep_and_bus_factor():
-    assert sweep(8, 64, 2) == [8, 16, 32, 64]
-    sizes = sweep(8, 4 << 30, 4)
-    assert sizes[0] == 8 and sizes[-1] == 2 << 30 and len(sizes) == 15
-    assert bus_factor(2) == 1.0 and bus_factor(8) == pytest.approx(1.75)
+def test_sizes_step_as_nccl_tests():
+    # all_reduce_perf -b 8 -e 128M -f 2 steps 8, 16, ... 128M; -f 1 adds -i.
+    sizes = nccl_tests_sizes(8, 128 << 20, 2, 1 << 20)
+    assert sizes[0] == 8 and sizes[-1] == 128 << 20 and len(sizes) == 25
+    assert nccl_tests_sizes(1024, 4096, 1, 1024) == [1024, 2048, 3072, 4096]
+    assert nccl_tests_sizes(8, 100, 4, 0) == [8, 32]
 
 
-def test_allreduce_sweep(pyinit_bin, tmp_path):
+# (size given, ranks, datatype bytes) -> (bytes, count) in nccl-tests' first two columns,
+# as all_gather_perf / reduce_scatter_perf / alltoall_perf -g 8 print them.
+@pytest.mark.parametrize(
+    "command, size, ranks, word, printed",
+    [
+        ("allreduce", 8, 8, 4, (8, 2)),
+        ("allgather", 64, 8, 4, (0, 0)),
+        ("allgather", 128, 8, 4, (128, 4)),
+        ("allgather", 1 << 20, 2, 4, (1 << 20, 131072)),
+        ("reducescatter", 128, 8, 4, (128, 4)),
+        ("reducescatter", 100, 2, 1, (96, 48)),
+        ("alltoall", 128, 8, 4, (128, 4)),
+        ("broadcast", 12, 8, 2, (12, 6)),
+    ],
+)
+def test_sizes_and_counts_as_nccl_tests(command, size, ranks, word, printed):
+    send, receive, count = COLLECTIVES[command].counts(size, word, ranks)
+    assert (max(send, receive) * word, count) == printed
+
+
+def test_bus_factors_as_nccl_tests():
+    factors = {c: COLLECTIVES[c].bus_factor(8) for c in COLLECTIVES}
+    split = {"allgather": 0.875, "reducescatter": 0.875, "alltoall": 0.875}
+    assert factors == pytest.approx({"allreduce": 1.75, "broadcast": 1, **split})
+
+
+@pytest.mark.parametrize("command", sorted(COLLECTIVES))
+def test_collective_sweep(pyinit_bin, tmp_path, command):
+    collective = COLLECTIVES[command]
     ranks = max(2, torch.cuda.device_count())
+    flags = ["-g", str(ranks), "-b", "8", "-e", "64K", "-f", "4", "-n", "3", "-w", "1"]
+    flags += ["-d", "half"] if command == "broadcast" else []
+    flags += ["-o", "max"] if collective.reduces else []
     result = subprocess.run(
-        [pyinit_bin, "bench", "allreduce", "--nproc", str(ranks), "--max", "64K", "--factor", "4",
-         "--iterations", "3", "--warmup", "1", "--out", tmp_path],
+        [pyinit_bin, "bench", command, *flags, "--out", tmp_path],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    header = result.stdout.splitlines()[0].split()
-    assert header[:4] == ["size", "count", "type", "redop"] and header[-1] == "#wrong"
-    assert "allreduce [7/7] 32K" in result.stderr  # progress, one line per size
-    document = json.loads((tmp_path / "allreduce.json").read_text())
-    assert document["ranks"] == ranks
-    rows = document["rows"]
-    assert [r["size"] for r in rows] == sweep(8, 64 << 10, 4)
-    for row in rows:
-        assert row["wrong"] == 0 and row["count"] == row["size"] // 4
-        assert row["busbw"] == pytest.approx(row["algbw"] * bus_factor(ranks))
-        assert row["algbw"] == pytest.approx(row["size"] / row["time_us"] / 1e3, rel=1e-6)
+    lines = result.stdout.splitlines()
+    assert lines[3].split()[1:6] == ["size", "count", "type", "redop", "root"]
+    assert f"{command} [7/7] " in result.stderr  # progress, one line per size
+    assert "# Out of bounds values : 0 OK" in lines
+    document = json.loads((tmp_path / f"{command}.json").read_text())
+    assert document["ranks"] == ranks and document["collective"] == collective.name
+    rows = document["results"]
+    assert len(rows) == 7
+    word = 2 if command == "broadcast" else 4
+    cells = []
+    for row, size in zip(rows, nccl_tests_sizes(8, 64 << 10, 4, 0), strict=True):
+        send, receive, count = collective.counts(size, word, ranks)
+        assert (row["size"], row["count"]) == (max(send, receive) * word, count)
+        for mode, supported in (("out_of_place", collective.out_of_place),
+                                ("in_place", collective.in_place)):  # fmt: skip
+            cell = row[mode]
+            assert (cell is not None) == supported
+            if cell is None:
+                continue
+            assert cell["nwrong"] == 0
+            assert cell["bus_bw"] == pytest.approx(cell["alg_bw"] * collective.bus_factor(ranks))
+            moved = collective.algbw_bytes(count, word, ranks)
+            assert cell["alg_bw"] == pytest.approx(moved / cell["time"] / 1e3, rel=1e-6)
+            cells.append(cell["bus_bw"])
+    average = next(line for line in lines if line.startswith("# Avg bus bandwidth"))
+    assert float(average.split(":")[1]) == pytest.approx(sum(cells) / len(cells), rel=1e-4)
     if importlib.util.find_spec("matplotlib"):
-        assert (tmp_path / "allreduce.png").stat().st_size > 0
+        assert (tmp_path / f"{command}.png").stat().st_size > 0
+
+
+def test_collective_bad_flags(pyinit_bin, tmp_path):
+    cases = (
+        (["-o", "avg"], "gloo has no average"),
+        (["-b", "1M", "-e", "1K"], "above"),
+        (["-d", "mulsum"], "invalid choice"),
+    )
+    for flags, words in cases:
+        if flags[0] == "-o" and torch.cuda.is_available():
+            continue
+        result = subprocess.run([pyinit_bin, "bench", "allreduce", *flags, "--out", tmp_path],
+                                capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert result.returncode == 2 and words in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize("kind", ["p2p", "h2d"])

@@ -70,7 +70,8 @@ def test_nccl_loads_the_topology_file_and_sums_right(tmp_path: Path, pyinit_bin:
             "--standalone",
             "--nproc-per-node=2",
             "-m",
-            "pyinit.bench.allreduce",
+            "pyinit.bench.collectives",
+            "all_reduce",
             "--sizes",
             "4M,64M",
             "--iterations",
@@ -88,6 +89,6 @@ def test_nccl_loads_the_topology_file_and_sums_right(tmp_path: Path, pyinit_bin:
     assert f"NCCL_TOPO_FILE set by environment to {tmp_path}/nccl-topo.xml" in log
     import json
 
-    rows = json.loads(result.read_text())["rows"]
-    assert [r["wrong"] for r in rows] == [0, 0]
-    assert all(r["busbw"] > 0 for r in rows)
+    rows = json.loads(result.read_text())["results"]
+    assert [r["in_place"]["nwrong"] for r in rows] == [0, 0]
+    assert all(r["in_place"]["bus_bw"] > 0 for r in rows)

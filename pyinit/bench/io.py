@@ -1,15 +1,20 @@
 """IO benchmark in fio's terms: the DirectReader against fio on the same target.
 
-Patterns (fio's names): ``randread`` 4 KiB at queue depth 1 and 32, ``read``
-(sequential) 1 MiB at depth 16. For each, our reader and ``fio --ioengine=io_uring
---direct=1`` run alternately, round by round, with the page cache dropped
-before every run. Reported: IOPS, GB/s and latency p50/p99/p99.9. At depth 1
-our latency is the whole Python call (``reader.read``), against fio's total
-latency (``lat_ns``, submission included); deeper, both are completion
-latency (submit to completion of each IO).
+With no pattern given, three (fio's names): ``randread`` 4 KiB at queue depth
+1 and 32, ``read`` (sequential) 1 MiB at depth 16; with fio's knobs (--rw,
+--bs, --iodepth, --numjobs, --runtime), that one pattern. For each, our
+reader and ``fio --ioengine=io_uring --direct=1`` run alternately, round by
+round, with the page cache dropped before every run. Reported: IOPS, GB/s and
+latency p50/p99/p99.9/p99.99. At depth 1 our latency is the whole Python call
+(``reader.read``), against fio's total latency (``lat_ns``, submission
+included); deeper, both are completion latency (``clat_ns``, submit to
+completion of each IO). The JSON keeps fio's field names for the shared
+figures (``iops``, ``bw_bytes``, ``lat_ns``/``clat_ns`` percentiles keyed
+"99.990000", and ``disk_util`` from the device's own counters).
 
     pyinit bench io --loop 512M                # a loop device over a file, made and removed here
     pyinit bench io /dev/nvme0n1 --runtime 10  # an existing device or file, read only
+    pyinit bench io /dev/nvme0n1 --rw randread --bs 8k --iodepth 64 --numjobs 4
 """
 
 from __future__ import annotations
@@ -25,13 +30,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from pyinit import argtypes
-from pyinit.bench.plotting import pyplot
+from pyinit.bench.plotting import human_bytes, pyplot
 from pyinit.errors import InputError
 from pyinit.extras import note_missing
 from pyinit.io import DirectReader, aligned_empty
@@ -40,17 +46,32 @@ from pyinit.jsonfile import write_json
 
 @dataclass(frozen=True)
 class Pattern:
-    name: str
     rw: str  # fio's --rw
-    block_size: int
-    depth: int
+    block_size: int  # --bs
+    depth: int  # --iodepth
+    jobs: int = 1  # --numjobs, reported as one group (fio's --group_reporting)
+
+    @property
+    def name(self) -> str:
+        size = str(self.block_size)
+        for unit, factor in (("m", 1 << 20), ("k", 1 << 10)):
+            if self.block_size % factor == 0:
+                size = f"{self.block_size // factor}{unit}"
+                break
+        return f"{size}-{self.rw}-qd{self.depth}" + (f"-j{self.jobs}" if self.jobs > 1 else "")
 
 
-PATTERNS = (
-    Pattern("4k-randread-qd1", "randread", 4096, 1),
-    Pattern("4k-randread-qd32", "randread", 4096, 32),
-    Pattern("1m-read-qd16", "read", 1 << 20, 16),
+DEFAULT_PATTERNS = (
+    Pattern("randread", 4096, 1),
+    Pattern("randread", 4096, 32),
+    Pattern("read", 1 << 20, 16),
 )
+# fio's keys for the percentiles in the table ("99.990000": p99.99).
+PERCENTILES = (50.0, 99.0, 99.9, 99.99)
+
+
+def fio_key(percentile: float) -> str:
+    return f"{percentile:.6f}"
 
 
 @dataclass(frozen=True)
@@ -58,10 +79,18 @@ class Result:
     tool: str
     pattern: str
     iops: float
-    gbps: float  # 1e9 bytes per second
-    p50_us: float
-    p99_us: float
-    p999_us: float
+    bw_bytes: float
+    latency: str  # fio's name: "lat_ns" (the whole call) or "clat_ns" (submit to completion)
+    percentiles_ns: dict[str, float]  # fio's keys
+    disk_util: dict[str, int] | None  # the device's counters over the run, fio's names
+
+    def fio_json(self) -> dict:
+        """This run as fio's JSON job would hold it."""
+        return {
+            "tool": self.tool, "jobname": self.pattern, "disk_util": self.disk_util,
+            "read": {"iops": self.iops, "bw_bytes": self.bw_bytes,
+                     self.latency: {"percentile": self.percentiles_ns}},
+        }  # fmt: skip
 
 
 def drop_caches() -> bool:
@@ -118,108 +147,185 @@ def offsets_for(pattern: Pattern, size: int, count: int, rng: np.random.Generato
     return (np.arange(count, dtype=np.int64) % blocks) * pattern.block_size
 
 
-def run_reader(target: str, pattern: Pattern, runtime: float, backend: str) -> Result:
+def histogram_percentiles(buckets: list[tuple[int, int]], largest_ns: float) -> dict[str, float]:
+    """PERCENTILES from the reader's latency buckets ((floor, count), merged
+    over jobs), valued as the reader's own stats value them: the middle of the
+    bucket (8 per power of two), at most the largest sample."""
+    counts: dict[int, int] = {}
+    for floor, count in buckets:
+        counts[floor] = counts.get(floor, 0) + count
+    total = sum(counts.values())
+    result = {}
+    for q in PERCENTILES:
+        rank, seen = int(q / 100 * (total - 1)), 0
+        for floor in sorted(counts):
+            seen += counts[floor]
+            if seen > rank:
+                width = 1 if floor < 8 else 1 << (floor.bit_length() - 4)
+                result[fio_key(q)] = min(floor + width / 2, largest_ns)
+                break
+    return result
+
+
+def run_job(reader: DirectReader, pattern: Pattern, runtime: float) -> tuple[int, list[int]]:
+    """One job's reads for `runtime` seconds: (reads done, per-call latencies
+    in ns at depth 1, where each call is one IO)."""
     rng = np.random.default_rng()
-    with DirectReader(target, queue_depth=pattern.depth, backend=backend) as reader:
-        size = reader.size
-        if pattern.depth == 1:
-            # One Python call per IO: what a data loader doing single reads pays.
-            offsets = offsets_for(pattern, size, 1 << 20, rng).tolist()
-            latencies = []
-            clock = time.perf_counter_ns
-            read = reader.read
-            started = clock()
-            deadline = started + int(runtime * 1e9)
-            for offset in offsets:
-                t0 = clock()
-                read(offset, pattern.block_size)
-                t1 = clock()
-                latencies.append(t1 - t0)
-                if t1 > deadline:
-                    break
-            elapsed = (clock() - started) / 1e9
-            count = len(latencies)
-            p50, p99, p999 = np.percentile(np.array(latencies) / 1e3, [50, 99, 99.9])
+    size = reader.size
+    if pattern.depth == 1:
+        # One Python call per IO: what a data loader doing single reads pays.
+        offsets = offsets_for(pattern, size, 1 << 20, rng).tolist()
+        latencies = []
+        clock = time.perf_counter_ns
+        read = reader.read
+        deadline = clock() + int(runtime * 1e9)
+        for offset in offsets:
+            t0 = clock()
+            read(offset, pattern.block_size)
+            t1 = clock()
+            latencies.append(t1 - t0)
+            if t1 > deadline:
+                break
+        return len(latencies), latencies
+    # Many IOs per call, the queue kept full: what read_batch gives a data loader.
+    # read_batch returns when its last read does, so the queue drains at the
+    # end of every call: give each call 64 reads per queue slot, and for
+    # large blocks 256 MiB, so the drain is a percent of the time, not ten.
+    per_call = 64 * pattern.depth
+    if pattern.block_size > 64 << 10:
+        per_call = max(pattern.depth, (256 << 20) // pattern.block_size)
+    # One reused output, as a loader filling a pinned buffer does; a new
+    # array per call would also time faulting in its pages.
+    out = aligned_empty((per_call, pattern.block_size))
+    out.fill(0)  # fault its pages in now, not during the first timed call
+    count, position = 0, 0  # sequential from the start, as fio's jobs read
+    started = time.perf_counter()
+    while time.perf_counter() - started < runtime:
+        if pattern.rw == "randread":
+            offsets = offsets_for(pattern, size, per_call, rng)
         else:
-            # Many IOs per call, the queue kept full: what read_batch gives a data loader.
-            # read_batch returns when its last read does, so the queue drains at the
-            # end of every call: give each call 64 reads per queue slot, and for
-            # large blocks 256 MiB, so the drain is a percent of the time, not ten.
-            per_call = 64 * pattern.depth
-            if pattern.block_size > 64 << 10:
-                per_call = (256 << 20) // pattern.block_size
-            # One reused output, as a loader filling a pinned buffer does; a new
-            # array per call would also time faulting in its pages.
-            out = aligned_empty((per_call, pattern.block_size))
-            out.fill(0)  # fault its pages in now, not during the first timed call
-            count = 0
-            started = time.perf_counter()
-            position = 0
-            while time.perf_counter() - started < runtime:
-                if pattern.rw == "randread":
-                    offsets = offsets_for(pattern, size, per_call, rng)
-                else:
-                    blocks = size // pattern.block_size
-                    offsets = ((np.arange(per_call) + position) % blocks) * pattern.block_size
-                    position += per_call
-                reader.read_batch(offsets, pattern.block_size, out=out)
-                count += per_call
-            elapsed = time.perf_counter() - started
-            latency = reader.stats()["io_latency_us"]
-            p50, p99, p999 = latency["p50"], latency["p99"], latency["p99.9"]
+            blocks = size // pattern.block_size
+            offsets = ((np.arange(per_call) + position) % blocks) * pattern.block_size
+            position += per_call
+        reader.read_batch(offsets, pattern.block_size, out=out)
+        count += per_call
+    return count, []
+
+
+def run_reader(target: str, pattern: Pattern, runtime: float, backend: str) -> Result:
+    """`pattern.jobs` readers, a thread each (the reads release the GIL), as one group."""
+    readers = [DirectReader(target, queue_depth=pattern.depth, backend=backend)
+               for _ in range(pattern.jobs)]  # fmt: skip
+    try:
+        before = disk_counters(target)
+        started = time.perf_counter()
+        with ThreadPoolExecutor(pattern.jobs) as pool:
+            jobs = list(pool.map(lambda r: run_job(r, pattern, runtime), readers))
+        elapsed = time.perf_counter() - started
+        disk = disk_delta(before, disk_counters(target))
+        count = sum(n for n, _ in jobs)
+        if pattern.depth == 1:
+            latencies = np.concatenate([np.array(calls, dtype=np.float64) for _, calls in jobs])
+            cuts = np.percentile(latencies, PERCENTILES)
+            percentiles = {fio_key(q): float(v) for q, v in zip(PERCENTILES, cuts, strict=True)}
+        else:
+            stats = [r.stats() for r in readers]
+            buckets = [tuple(b) for s in stats for b in s["io_latency_histogram_ns"]]
+            largest = max(s["io_latency_us"]["max"] for s in stats) * 1e3
+            percentiles = histogram_percentiles(buckets, largest)
+    finally:
+        for reader in readers:
+            reader.close()
     iops = count / elapsed
-    return Result("pyinit", pattern.name, iops, iops * pattern.block_size / 1e9, p50, p99, p999)
+    latency = "lat_ns" if pattern.depth == 1 else "clat_ns"
+    return Result("pyinit", pattern.name, iops, iops * pattern.block_size, latency, percentiles,
+                  disk)  # fmt: skip
+
+
+# /sys/class/block/NAME/stat: the fields fio's disk_util reports for reads.
+DISK_FIELDS = ("read_ios", "read_merges", "read_sectors", "read_ticks")
+
+
+def disk_counters(target: str) -> dict[str, int] | None:
+    """The block device's read counters, or None for a regular file."""
+    if not os.path.realpath(target).startswith("/dev/"):
+        return None
+    try:
+        fields = Path(f"/sys/class/block/{os.path.basename(os.path.realpath(target))}/stat")
+        values = [int(v) for v in fields.read_text().split()[: len(DISK_FIELDS)]]
+    except OSError:
+        return None
+    return dict(zip(DISK_FIELDS, values, strict=True))
+
+
+def disk_delta(before: dict[str, int] | None, after: dict[str, int] | None) -> dict | None:
+    if before is None or after is None:
+        return None
+    return {key: after[key] - before[key] for key in DISK_FIELDS}
 
 
 def run_fio(target: str, pattern: Pattern, runtime: float) -> Result:
     command = [
         "fio", "--name=bench", f"--filename={target}", "--ioengine=io_uring", "--direct=1",
         f"--rw={pattern.rw}", f"--bs={pattern.block_size}", f"--iodepth={pattern.depth}",
-        f"--runtime={runtime}", "--time_based", "--lat_percentiles=1", "--output-format=json",
-        "--readonly",
+        f"--numjobs={pattern.jobs}", "--group_reporting", f"--runtime={runtime}", "--time_based",
+        "--lat_percentiles=1", "--percentile_list=" + ":".join(f"{q:g}" for q in PERCENTILES),
+        "--output-format=json", "--readonly",
     ]  # fmt: skip
+    before = disk_counters(target)
     done = subprocess.run(command, capture_output=True, text=True, check=True)
+    disk = disk_delta(before, disk_counters(target))
     read = json.loads(done.stdout[done.stdout.index("{") :])["jobs"][0]["read"]
     # With lat_percentiles, lat_ns holds the percentiles of the total latency.
-    source = read["lat_ns"] if pattern.depth == 1 else read["clat_ns"]
-    cuts = source.get("percentile", {})
-    us = [cuts.get(k, 0) / 1e3 for k in ("50.000000", "99.000000", "99.900000")]
-    return Result("fio", pattern.name, read["iops"], read["bw_bytes"] / 1e9, *us)
+    latency = "lat_ns" if pattern.depth == 1 else "clat_ns"
+    cuts = read[latency].get("percentile", {})
+    percentiles = {fio_key(q): float(cuts.get(fio_key(q), 0)) for q in PERCENTILES}
+    return Result("fio", pattern.name, read["iops"], read["bw_bytes"], latency, percentiles, disk)
 
 
 def fio_version() -> str:
     return subprocess.run(["fio", "--version"], capture_output=True, text=True).stdout.strip()
 
 
+COLUMNS = (  # (table key, header, width, decimals)
+    ("iops", "IOPS", 10, 0),
+    ("gb_s", "GB/s", 7, 3),
+    *((f"p{q:g}_us", f"p{q:g} us", 9, 1) for q in PERCENTILES),
+)
+
+
 def summarize(results: list[Result]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per pattern and tool, the median over rounds of each column."""
     table: dict[str, dict[str, dict[str, float]]] = {}
     for r in results:
         table.setdefault(r.pattern, {}).setdefault(r.tool, {})
     for pattern, tools in table.items():
         for tool in tools:
             mine = [r for r in results if r.pattern == pattern and r.tool == tool]
-            tools[tool] = {
-                key: statistics.median(getattr(r, key) for r in mine)
-                for key in ("iops", "gbps", "p50_us", "p99_us", "p999_us")
-            }
+            columns = {
+                "iops": [r.iops for r in mine],
+                "gb_s": [r.bw_bytes / 1e9 for r in mine],
+                **{f"p{q:g}_us": [r.percentiles_ns[fio_key(q)] / 1e3 for r in mine]
+                   for q in PERCENTILES},
+            }  # fmt: skip
+            tools[tool] = {key: statistics.median(v) for key, v in columns.items()}
     return table
 
 
 def print_table(table: dict[str, dict[str, dict[str, float]]]) -> None:
-    keys = ("iops", "gbps", "p50_us", "p99_us", "p999_us")
-    widths = (10, 7, 8, 8, 9)
-    header = ("IOPS", "GB/s", "p50 us", "p99 us", "p99.9 us")
-    titles = " ".join(f"{h:>{w}}" for h, w in zip(header, widths, strict=True))
+    titles = " ".join(f"{header:>{width}}" for _, header, width, _ in COLUMNS)
     print(f"{'pattern':18} {'tool':7} {titles}")
     for pattern, tools in table.items():
-        rows = [(tool, [v[k] for k in keys]) for tool, v in tools.items()]
+        rows = [(tool, [v[key] for key, *_ in COLUMNS]) for tool, v in tools.items()]
         if "fio" in tools:
             ours, fio = tools["pyinit"], tools["fio"]
-            rows.append(("ratio", [ours[k] / fio[k] if fio[k] else float("nan") for k in keys]))
+            ratios = [ours[key] / fio[key] if fio[key] else float("nan") for key, *_ in COLUMNS]
+            rows.append(("ratio", ratios))
         for tool, values in rows:
-            digits = [3] * 5 if tool == "ratio" else [0, 3, 1, 1, 1]
-            formats = zip(values, widths, digits, strict=True)
-            cells = " ".join(f"{v:{w}.{d}f}" for v, w, d in formats)
+            cells = " ".join(
+                f"{v:{width}.{3 if tool == 'ratio' else digits}f}"
+                for v, (_, _, width, digits) in zip(values, COLUMNS, strict=True)
+            )
             print(f"{pattern if tool != 'ratio' else '':18} {tool:7} {cells}")
 
 
@@ -228,24 +334,32 @@ def plot(document: dict, path: Path) -> bool:
     if plt is None:
         return False
     table = document["table"]
-    fig, axes = plt.subplots(1, len(table), figsize=(4 * len(table), 4))
-    for ax, (pattern, tools) in zip(np.atleast_1d(axes), table.items(), strict=True):
-        keys = ("p50_us", "p99_us", "p999_us")
+    keys = [key for key, *_ in COLUMNS[2:]]
+    fig, axes = plt.subplots(1, len(table), figsize=(4.5 * len(table), 4), squeeze=False)
+    for ax, (pattern, tools) in zip(axes[0], table.items(), strict=True):
+        width = 0.8 / len(tools)
         for i, (tool, v) in enumerate(tools.items()):
-            ax.bar([x + i * 0.4 for x in range(3)], [v[k] for k in keys], 0.4, label=tool)
-        ax.set_xticks([x + 0.2 for x in range(3)])
-        ax.set_xticklabels(["p50", "p99", "p99.9"])
+            xs = [x + i * width for x in range(len(keys))]
+            ax.bar(xs, [v[k] for k in keys], width, label=f"{tool}: {v['iops']:,.0f} IOPS")
+        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(keys))])
+        ax.set_xticklabels([header.split()[0] for _, header, *_ in COLUMNS[2:]])
+        ax.set_yscale("log")
         ax.set_title(pattern)
-        ax.set_ylabel("latency, µs")
-        ax.legend()
-    fig.suptitle(f"{document['target_kind']} on {document['machine']} ({document['date']})")
+        ax.set_ylabel("read latency, µs (log scale)")
+        ax.legend(fontsize="small")
+    fig.suptitle(f"O_DIRECT reads, pod-init's reader beside fio: {document['target_kind']}\n"
+                 f"{document['machine']}, {document['date']}")  # fmt: skip
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return True
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="pyinit bench io", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="pyinit bench io",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     parser.add_argument("target", nargs="?", help="a file or block device that holds data")
     parser.add_argument(
         "--loop", type=argtypes.size(1 << 20), metavar="SIZE", help="make a loop device"
@@ -254,6 +368,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--runtime", type=argtypes.seconds(0.1, 3600), default=5.0, help="seconds per run"
     )
+    fio_knobs = parser.add_argument_group(
+        "one pattern in fio's knobs (any of them replaces the three default patterns)"
+    )
+    fio_knobs.add_argument("--rw", choices=("randread", "read"),
+                           help="random or sequential reads (the reader only reads)")  # fmt: skip
+    fio_knobs.add_argument("--bs", type=argtypes.size(512, 1 << 30), metavar="SIZE",
+                           help="block size, a multiple of 512 (default 4k)")  # fmt: skip
+    fio_knobs.add_argument("--iodepth", type=argtypes.whole(1, 4096), help="reads in flight per job"
+                           " (default 1)")  # fmt: skip
+    fio_knobs.add_argument("--numjobs", type=argtypes.whole(1, 256), default=1,
+                           help="readers running at once, reported as one group")  # fmt: skip
     parser.add_argument("--rounds", type=argtypes.whole(1, 1000), default=2)
     parser.add_argument("--backend", default="io_uring", choices=("io_uring", "pread"))
     parser.add_argument("--no-fio", action="store_true", help="only our reader")
@@ -263,12 +388,20 @@ def main(argv: list[str] | None = None) -> int:
     note_missing("matplotlib", "the PNG", "pyinit bench io")
     if (args.target is None) == (args.loop is None):
         parser.error("give a TARGET or --loop SIZE")
-    largest = max(p.block_size for p in PATTERNS)
+    if args.bs is not None and args.bs % 512:
+        raise InputError(f"--bs {args.bs} is not a multiple of 512 (O_DIRECT reads whole sectors)")
+    if args.rw or args.bs or args.iodepth:
+        patterns = [
+            Pattern(args.rw or "randread", args.bs or 4096, args.iodepth or 1, args.numjobs)
+        ]
+    else:
+        patterns = [replace(p, jobs=args.numjobs) for p in DEFAULT_PATTERNS]
+    largest = max(p.block_size for p in patterns)
     size = target_size(args.target) if args.target else args.loop
     if size < largest:
         raise InputError(
-            f"{args.target or '--loop'} holds {size} bytes, less than one {largest}-byte block of "
-            "the sequential pattern: give a file or device with more data (or --loop SIZE)"
+            f"{args.target or '--loop'} holds {size} bytes, less than one {largest}-byte block: "
+            "give a file or device with more data (or --loop SIZE)"
         )
     fio = shutil.which("fio") if not args.no_fio else None
     if not args.no_fio and fio is None:
@@ -280,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         results: list[Result] = []
         dropped = True
         for round_no in range(args.rounds):
-            for pattern in PATTERNS:
+            for pattern in patterns:
                 tools = ["pyinit", "fio"] if fio else ["pyinit"]
                 for tool in tools if round_no % 2 == 0 else tools[::-1]:
                     dropped &= drop_caches()
@@ -297,13 +430,15 @@ def main(argv: list[str] | None = None) -> int:
         document = {
             "machine": args.machine,
             "date": time.strftime("%Y-%m-%d"),
-            "target_kind": f"loop device over a {args.loop}-byte file" if args.loop else target,
+            "target_kind": f"loop device over a {human_bytes(args.loop)} file"
+            if args.loop
+            else target,
             "runtime_s": args.runtime,
             "rounds": args.rounds,
             "backend": args.backend,
             "page_cache_dropped": dropped,
             "fio": fio_version() if fio else None,
-            "results": [asdict(r) for r in results],
+            "results": [r.fio_json() for r in results],
             "table": table,
         }
         out = write_json(args.out, document, indent=2)

@@ -1,4 +1,5 @@
-"""matplotlib for the benchmarks' PNGs, when it is installed (it is optional)."""
+"""matplotlib for the benchmarks' PNGs, when it is installed (it is optional),
+and the units their axes and titles speak."""
 
 from __future__ import annotations
 
@@ -15,3 +16,20 @@ def pyplot() -> Any | None:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def human_bytes(size: float) -> str:
+    """8 B, 64 KiB, 1.5 GiB: binary units, as the sizes on the command lines are."""
+    for unit, factor in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= factor:
+            return f"{size / factor:.4g} {unit}"
+    return f"{size:.4g} B"
+
+
+def bytes_axis(ax: Any) -> None:
+    """A log2 x axis of byte counts, labelled 32 B, 1 KiB, 32 KiB ... 1 GiB."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(LogLocator(base=32))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: human_bytes(value)))

@@ -1,0 +1,423 @@
+"""Collective bandwidth the way nccl-tests reports it, through torch.distributed
+(NCCL on GPUs, gloo on CPU).
+
+    pyinit bench allreduce -b 8 -e 4G -f 2 -g 2     # like all_reduce_perf -b 8 -e 4G -f 2 -g 2
+    pyinit bench allgather | reducescatter | alltoall | broadcast  [the same flags]
+
+runs the size sweep with one worker per GPU (two gloo workers without GPUs)
+under torchrun, prints nccl-tests' table (out-of-place and in-place columns,
+``# Avg bus bandwidth``) and writes NAME.json (nccl-tests' -J field names) and
+NAME.png (busbw against size). The worker alone, as other tools use it::
+
+    torchrun --nproc-per-node 2 -m pyinit.bench.collectives all_reduce --sizes 1G,4G --out rows.json
+
+Sizes, counts, algbw and busbw follow nccl-tests: the size given is the
+largest buffer a rank touches, rounded per collective as nccl-tests rounds it;
+busbw = algbw x 2(n-1)/n for all-reduce, x (n-1)/n for all-gather,
+reduce-scatter and all-to-all, x 1 for broadcast (1e9 bytes per GB). Each rank
+fills its data with rank + 1, so every result element is known; those that
+differ are counted in #wrong. torch.distributed has no out-of-place all-reduce
+or broadcast and no in-place all-to-all: those columns read N/A.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyinit import argtypes
+from pyinit.bench.plotting import bytes_axis, human_bytes, pyplot
+from pyinit.extras import note_missing
+from pyinit.jsonfile import write_json
+
+# nccl-tests' -d names and their element sizes; torch's dtype by the same name.
+DATATYPES = {
+    "int8": 1, "uint8": 1, "int32": 4, "int64": 8,
+    "half": 2, "float": 4, "double": 8, "bfloat16": 2,
+}  # fmt: skip
+TORCH_DTYPES = {"half": "float16", "float": "float32", "double": "float64"}
+# nccl-tests' -o names; "avg" is NCCL's alone (gloo has no average).
+OPS = ("sum", "prod", "max", "min", "avg")
+
+
+@dataclass(frozen=True)
+class Collective:
+    name: str  # nccl-tests' binary without _perf
+    command: str  # the `pyinit bench` subcommand
+    title: str
+    bus_factor: Callable[[int], float]
+    reduces: bool  # takes -o
+    rooted: bool  # takes -r
+    out_of_place: bool  # torch.distributed has a call for it
+    in_place: bool
+    per_rank_split: bool  # the size is split into one block per rank
+
+    def counts(self, size: int, word: int, ranks: int) -> tuple[int, int, int]:
+        """(send, receive, parameter) element counts for a `size`-byte step,
+        rounded as nccl-tests rounds them (blocks of 16 bytes per rank)."""
+        count = size // word
+        if not self.per_rank_split:
+            return count, count, count
+        block = (count // ranks) & ~(16 // word - 1)
+        if self.name == "all_gather":
+            return block, block * ranks, block
+        if self.name == "reduce_scatter":
+            return block * ranks, block, block
+        return block * ranks, block * ranks, block  # alltoall
+
+    def algbw_bytes(self, count: int, word: int, ranks: int) -> int:
+        """The bytes algbw divides by the time: the whole result for the split ones."""
+        return count * word * (ranks if self.per_rank_split else 1)
+
+
+COLLECTIVES = {
+    c.command: c
+    for c in (
+        Collective("all_reduce", "allreduce", "all-reduce", lambda n: 2 * (n - 1) / n,
+                   True, False, False, True, False),
+        Collective("all_gather", "allgather", "all-gather", lambda n: (n - 1) / n,
+                   False, False, True, True, True),
+        Collective("reduce_scatter", "reducescatter", "reduce-scatter", lambda n: (n - 1) / n,
+                   True, False, True, True, True),
+        Collective("alltoall", "alltoall", "all-to-all", lambda n: (n - 1) / n,
+                   False, False, True, False, True),
+        Collective("broadcast", "broadcast", "broadcast", lambda n: 1.0,
+                   False, True, False, True, False),
+    )
+}  # fmt: skip
+BY_NAME = {c.name: c for c in COLLECTIVES.values()}
+
+
+def nccl_tests_sizes(smallest: int, largest: int, factor: int, step: int) -> list[int]:
+    """The sizes nccl-tests steps through for -b smallest -e largest -f factor -i step."""
+    sizes, size = [], smallest
+    while size <= largest:
+        sizes.append(size)
+        size = size * factor if factor > 1 else size + step
+    return sizes
+
+
+def measure(
+    collective: Collective,
+    sizes: list[int],
+    datatype: str,
+    op: str,
+    root: int,
+    iterations: int,
+    warmup: int,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Inside an initialised process group: one nccl-tests row per size."""
+    import torch
+    import torch.distributed as dist
+
+    ranks, rank = dist.get_world_size(), dist.get_rank()
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    dtype = getattr(torch, TORCH_DTYPES.get(datatype, datatype))
+    word = DATATYPES[datatype]
+    reduce_op = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "max": dist.ReduceOp.MAX,
+                 "min": dist.ReduceOp.MIN, "avg": dist.ReduceOp.AVG}[op]  # fmt: skip
+    values = list(range(1, ranks + 1))
+    reduced = {"sum": sum(values), "prod": math.prod(values), "max": ranks, "min": 1,
+               "avg": sum(values) / ranks}[op]  # fmt: skip
+    if datatype not in ("half", "float", "double", "bfloat16"):
+        reduced = int(reduced)  # NCCL's integer average truncates
+
+    def full(count: int, value: float) -> Any:
+        return torch.full((count,), value, dtype=dtype, device=device)
+
+    def blocks(count: int, per_block: int) -> Any:
+        """Block i holds i + 1: what an all-gather or all-to-all must deliver."""
+        return torch.arange(1, ranks + 1, device=device).repeat_interleave(per_block).to(dtype)
+
+    def setup(in_place: bool, send_n: int, recv_n: int, block: int):
+        """(the call, the buffer to check, the expected values) for one mode."""
+        mine = float(rank + 1)
+        if collective.name == "all_reduce":
+            work = full(send_n, mine)
+            return lambda: dist.all_reduce(work, op=reduce_op), work, full(send_n, reduced)
+        if collective.name == "broadcast":
+            work = full(send_n, float(root + 1) if rank == root else 0.0)
+            return lambda: dist.broadcast(work, src=root), work, full(send_n, float(root + 1))
+        if collective.name == "all_gather":
+            out = full(recv_n, mine if in_place else 0.0)
+            send = out[rank * block : (rank + 1) * block] if in_place else full(send_n, mine)
+            return lambda: dist.all_gather_into_tensor(out, send), out, blocks(recv_n, block)
+        if collective.name == "reduce_scatter":
+            send = full(send_n, mine)
+            out = send[rank * block : (rank + 1) * block] if in_place else full(recv_n, 0.0)
+            call = lambda: dist.reduce_scatter_tensor(out, send, op=reduce_op)  # noqa: E731
+            return call, out, full(recv_n, reduced)
+        send, out = full(send_n, mine), full(recv_n, 0.0)
+        return lambda: dist.all_to_all_single(out, send), out, blocks(recv_n, block)
+
+    def timed(call: Callable[[], None]) -> float:
+        """Mean seconds per call, back to back like nccl-tests, averaged over the ranks."""
+        for _ in range(warmup):
+            call()
+        if cuda:
+            start = torch.cuda.Event(enable_timing=True)
+            stop = torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(iterations):
+                call()
+            stop.record()
+            stop.synchronize()
+            seconds = start.elapsed_time(stop) / 1e3 / iterations
+        else:
+            began = time.perf_counter()
+            for _ in range(iterations):
+                call()
+            seconds = (time.perf_counter() - began) / iterations
+        mean = torch.tensor([seconds], dtype=torch.float64, device=device)
+        dist.all_reduce(mean)
+        return float(mean.item()) / ranks
+
+    rows = []
+    for size in sizes:
+        send_n, recv_n, count = collective.counts(size, word, ranks)
+        row: dict[str, Any] = {
+            "size": max(send_n, recv_n) * word, "count": count, "type": datatype,
+            "redop": op if collective.reduces else "none",
+            "root": root if collective.rooted else -1,
+        }  # fmt: skip
+        for mode, supported in (("out_of_place", collective.out_of_place),
+                                ("in_place", collective.in_place)):  # fmt: skip
+            if not supported:
+                row[mode] = None
+                continue
+            call, result, expected = setup(mode == "in_place", send_n, recv_n, count)
+            # Checked once on fresh data; the timed calls after it reuse the
+            # buffers and their values no longer matter.
+            call()
+            wrong = int((result != expected).sum().item())
+            seconds = timed(call)
+            algbw = collective.algbw_bytes(count, word, ranks) / seconds / 1e9 if seconds else 0.0
+            busbw = algbw * collective.bus_factor(ranks)
+            row[mode] = {"time": seconds * 1e6, "alg_bw": algbw, "bus_bw": busbw, "nwrong": wrong}
+            del call, result, expected
+        rows.append(row)
+        if progress is not None:
+            progress(row)
+    return rows
+
+
+def worker(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pyinit.bench.collectives")
+    parser.add_argument("collective", choices=sorted(BY_NAME))
+    parser.add_argument("--sizes", default="1G", help="comma-separated: 8,64K,1G")
+    parser.add_argument("-d", "--datatype", choices=list(DATATYPES), default="float")
+    parser.add_argument("-o", "--op", choices=OPS, default="sum")
+    parser.add_argument("-r", "--root", type=int, default=0)
+    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--out", help="rank 0 writes the rows here as JSON")
+    parser.add_argument("--progress", action="store_true", help="rank 0: a line per size")
+    args = parser.parse_args(argv)
+    collective = BY_NAME[args.collective]
+    sizes = [argtypes.size()(s) for s in args.sizes.split(",")]
+    lead = int(os.environ.get("RANK", "0")) == 0
+    done: list[dict] = []
+
+    def progress(row: dict) -> None:
+        done.append(row)
+        if args.progress and lead:
+            best = max(row[m]["bus_bw"] for m in ("out_of_place", "in_place") if row[m])
+            print(f"{collective.command} [{len(done)}/{len(sizes)}] {human_bytes(row['size'])}: "
+                  f"busbw {best:.2f} GB/s", file=sys.stderr, flush=True)  # fmt: skip
+
+    import torch
+    import torch.distributed as dist
+
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group("nccl" if cuda else "gloo")
+    try:
+        rows = measure(collective, sizes, args.datatype, args.op, args.root, args.iterations,
+                       args.warmup, progress)  # fmt: skip
+    finally:
+        dist.destroy_process_group()
+    if lead:
+        backend = dist.Backend.NCCL if cuda else dist.Backend.GLOO
+        document = {"collective": collective.name, "ranks": int(os.environ.get("WORLD_SIZE", "1")),
+                    "backend": str(backend), "results": rows}  # fmt: skip
+        text = json.dumps(document, indent=2) + "\n"
+        if args.out:
+            Path(args.out).write_text(text)
+        else:
+            sys.stdout.write(text)
+    return 0
+
+
+def average_busbw(rows: list[dict]) -> float:
+    """nccl-tests' `# Avg bus bandwidth`: the mean over every measured cell."""
+    cells = [row[m]["bus_bw"] for row in rows for m in ("out_of_place", "in_place") if row[m]]
+    return sum(cells) / len(cells) if cells else 0.0
+
+
+def wrong_total(rows: list[dict]) -> int:
+    return sum(row[m]["nwrong"] for row in rows for m in ("out_of_place", "in_place") if row[m])
+
+
+def _float_cell(value: float, width: int) -> str:
+    """nccl-tests' number cells: two decimals, fewer when the value is wide."""
+    for text in (f"{value:{width}.2f}", f"{value:{width}.1f}", f"{value:{width}.0f}"):
+        if len(text) <= width:
+            return text
+    return f"{value:{width}.1e}"
+
+
+def table(document: dict) -> str:
+    """The sweep as nccl-tests prints it, header, rows and footer."""
+    lines = [
+        f"# {document['collective']} through torch.distributed ({document['backend']}), "
+        f"{document['ranks']} ranks, one process per rank",
+        "#",
+        f"# {'':>10}  {'':>12}  {'':>8}  {'':>6}  {'':>6}           out-of-place"
+        f"                       in-place          ",
+        f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  {'time':>7}  "
+        f"{'algbw':>6}  {'busbw':>6}  {'#wrong':>6}  {'time':>7}  {'algbw':>6}  {'busbw':>6}  "
+        f"{'#wrong':>6}",
+        f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  {'(us)':>7}  "
+        f"{'(GB/s)':>6}  {'(GB/s)':>6}  {'':>6}  {'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}",
+    ]
+    for row in document["results"]:
+        line = (f"{row['size']:>12}  {row['count']:>12}  {row['type']:>8}  {row['redop']:>6}  "
+                f"{row['root']:>6}")  # fmt: skip
+        for mode in ("out_of_place", "in_place"):
+            cell = row[mode]
+            if cell is None:
+                line += f"  {'N/A':>7}  {'N/A':>6}  {'N/A':>6}  {'N/A':>6}"
+            else:
+                line += (f"  {_float_cell(cell['time'], 7)}  {_float_cell(cell['alg_bw'], 6)}  "
+                         f"{_float_cell(cell['bus_bw'], 6)}  {cell['nwrong']:>6}")  # fmt: skip
+        lines.append(line)
+    wrong = wrong_total(document["results"])
+    lines += [
+        f"# {'Out of bounds values':<20} : {wrong} {'FAILED' if wrong else 'OK'}",
+        f"# {'Avg bus bandwidth':<20} : {average_busbw(document['results']):g} ",
+        "#",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def plot(document: dict, path: Path) -> bool:
+    plt = pyplot()
+    if plt is None:
+        return False
+    rows = document["results"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for mode, label in (("out_of_place", "out-of-place"), ("in_place", "in-place")):
+        points = [(r["size"], r[mode]["bus_bw"]) for r in rows if r[mode] and r["size"]]
+        if points:
+            ax.plot(*zip(*points, strict=True), marker="o", label=label)
+    bytes_axis(ax)
+    ax.set_xlabel("message size (largest buffer per rank)")
+    ax.set_ylabel("bus bandwidth, GB/s")
+    collective = BY_NAME[document["collective"]]
+    backend = document["backend"].upper()
+    ax.set_title(f"{collective.title} bus bandwidth, {document['ranks']} ranks over {backend}\n"
+                 f"{document['machine']}, {document['date']}")  # fmt: skip
+    ax.legend()
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def main(argv: list[str] | None, command: str) -> int:
+    """`pyinit bench COMMAND`: the sweep under torchrun, then the table and files."""
+    import torch
+
+    collective = COLLECTIVES[command]
+    parser = argparse.ArgumentParser(
+        prog=f"pyinit bench {command}",
+        description=f"{collective.title} size sweep in nccl-tests' flags and columns "
+        f"(like {collective.name}_perf)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    gpus = torch.cuda.device_count()
+    size = argtypes.size(1)
+    parser.add_argument("-b", "--minbytes", "--min", type=size, default=8, metavar="SIZE",
+                        help="smallest size")  # fmt: skip
+    parser.add_argument("-e", "--maxbytes", "--max", type=size, metavar="SIZE",
+                        default=(4 << 30) if gpus else (64 << 20),
+                        help="largest size (4G with GPUs, 64M without)")  # fmt: skip
+    parser.add_argument("-f", "--stepfactor", "--factor", type=argtypes.whole(1, 1 << 20),
+                        default=2, help="multiply the size by this; 1: add -i instead")  # fmt: skip
+    parser.add_argument("-i", "--stepbytes", type=size, default=1 << 20, metavar="SIZE",
+                        help="what to add when -f is 1")  # fmt: skip
+    parser.add_argument("-g", "--ngpus", "--nproc", type=argtypes.whole(1, 1024),
+                        default=gpus or 2, help="ranks (GPUs, or 2 on CPU)")  # fmt: skip
+    parser.add_argument("-n", "--iters", "--iterations", type=argtypes.whole(1, 1_000_000),
+                        default=20, help="timed calls per size and mode")  # fmt: skip
+    parser.add_argument("-w", "--warmup_iters", "--warmup", type=argtypes.whole(0, 1_000_000),
+                        default=5, help="untimed calls before them")  # fmt: skip
+    parser.add_argument("-d", "--datatype", choices=list(DATATYPES), default="float")
+    if collective.reduces:
+        parser.add_argument("-o", "--op", choices=OPS, default="sum")
+    if collective.rooted:
+        parser.add_argument("-r", "--root", type=argtypes.whole(0, 1023), default=0)
+    parser.add_argument("--machine", default=os.uname().nodename, help="named in the plot")
+    parser.add_argument("--out", default=".", help=f"folder for {command}.json and .png")
+    args = parser.parse_args(argv)
+    op, root = getattr(args, "op", "sum"), getattr(args, "root", 0)
+    if op == "avg" and not gpus:
+        raise ValueError("-o avg needs NCCL: gloo has no average (run it on GPUs)")
+    if root >= args.ngpus:
+        raise ValueError(f"-r {root} is not a rank of {args.ngpus}")
+    if args.minbytes > args.maxbytes:
+        raise ValueError(f"-b {args.minbytes} is above -e {args.maxbytes}")
+    note_missing("matplotlib", "the PNG", f"pyinit bench {command}")
+    sizes = nccl_tests_sizes(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    for key, value in MULTICAST_OFF.items():
+        env.setdefault(key, value)
+    rows_file = out / f".{command}-rows.json"
+    worker_command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone",
+        "--nproc-per-node", str(args.ngpus), "--no-python", sys.executable, "-P",
+        "-m", "pyinit.bench.collectives", collective.name,
+        "--sizes", ",".join(map(str, sizes)), "-d", args.datatype, "-o", op, "-r", str(root),
+        "--iterations", str(args.iters), "--warmup", str(args.warmup_iters),
+        "--out", str(rows_file), "--progress",
+    ]  # fmt: skip
+    workers = subprocess.run(worker_command, env=env)
+    if workers.returncode != 0:
+        print(f"pyinit bench {command}: the workers failed (torchrun exited with "
+              f"{workers.returncode}); see the lines above", file=sys.stderr)  # fmt: skip
+        return 1
+    document = json.loads(rows_file.read_text())
+    rows_file.unlink()
+    document.update(machine=args.machine, date=time.strftime("%Y-%m-%d"),
+                    iterations=args.iters, warmup=args.warmup_iters,
+                    env={k: env[k] for k in sorted(env) if k.startswith("NCCL_")})  # fmt: skip
+    sys.stdout.write(table(document))
+    write_json(out / f"{command}.json", document)
+    plot(document, out / f"{command}.png")
+    return 1 if wrong_total(document["results"]) else 0
+
+
+# What the lent machines need set in everything started there (NVLink multicast off).
+MULTICAST_OFF = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+
+
+if __name__ == "__main__":
+    sys.exit(worker())
