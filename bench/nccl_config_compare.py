@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from pyinit.bench.plotting import pyplot
+from pyinit.bench.plotting import human_bytes, pyplot
 from pyinit.jsonfile import write_json
 
 # Kept in every run on the lent machines (NVLink multicast is off there).
@@ -147,10 +147,9 @@ def plot(document: dict, path: Path) -> bool:
         values = [table[name][s]["busbw_median"] for s in sizes]
         ax.bar([x + i * width for x in range(len(sizes))], values, width, label=name)
     ax.set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(sizes))])
-    ax.set_xticklabels(
-        [f"{int(s) / 2**30:g} GiB" if int(s) >= 2**30 else f"{int(s) / 2**20:g} MiB" for s in sizes]
-    )
-    ax.set_ylabel("all-reduce busbw, GB/s (median of rounds)")
+    ax.set_xticklabels([human_bytes(int(s)) for s in sizes])
+    ax.set_xlabel("message size per rank")
+    ax.set_ylabel("all-reduce bus bandwidth, GB/s (median of rounds)")
     ax.set_title(f"{document['machine']}: NCCL default vs pod-init ({document['date']})")
     ax.legend(loc="lower right")
     fig.tight_layout()

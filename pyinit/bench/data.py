@@ -234,7 +234,8 @@ def plot(document: dict, path: Path) -> bool:
     ax.set_xticklabels(states)
     ax.set_ylabel("batches per second")
     ax.set_yscale("log")
-    ax.set_title(f"{document['batch']} x {document['seq_len']} tokens, {document['machine']}")
+    ax.set_title(f"Batches of {document['batch']} x {document['seq_len']} tokens from shards, "
+                 f"page cache cold and warm\n{document['machine']}")  # fmt: skip
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
