@@ -1,8 +1,11 @@
 #include "init/machine_init.hpp"
 
 #include <fcntl.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/reboot.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -112,16 +115,46 @@ int mount_device(const std::string& device, const std::string& target, std::stri
   return found ? 0 : last;
 }
 
-// podinit.data=DEVICE[:MOUNTPOINT]
+// podinit.data=DEVICE[:MOUNTPOINT]; the device is there (see devices_to_wait_for).
 void mount_data(const std::string& spec) {
   size_t colon = spec.find(':');
   std::string device = spec.substr(0, colon);
   std::string target = colon == std::string::npos ? "/data" : spec.substr(colon + 1);
-  wait_for_path(device);
   std::string type;
   int rc = mount_device(device, target, &type);
   if (rc < 0) throw SysError(-rc, "mount (podinit.data) at " + target, device);
   boot_log("data: " + device + " mounted at " + target + " (" + type + ")");
+}
+
+// The device paths the command's mounts and podinit.wait name, waited for in one
+// phase before the root is mounted (drivers probe them in the background).
+std::vector<std::string> devices_to_wait_for(const InitConfig& config) {
+  std::vector<std::string> paths;
+  if (config.root.rfind("/dev/", 0) == 0) paths.push_back(config.root);
+  if (!config.data.empty()) paths.push_back(config.data.substr(0, config.data.find(':')));
+  paths.insert(paths.end(), config.wait.begin(), config.wait.end());
+  return paths;
+}
+
+// The loopback interface up, as every init does: a single node's ranks meet
+// at 127.0.0.1 (torch's store, gloo), and the kernel starts with lo down.
+void bring_up_loopback() {
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    boot_log(std::string("network: no socket for lo: ") + errno_text(errno));
+    return;
+  }
+  ifreq request{};
+  std::snprintf(request.ifr_name, sizeof request.ifr_name, "lo");
+  if (ioctl(fd, SIOCGIFFLAGS, &request) == 0) {
+    request.ifr_flags = static_cast<short>(request.ifr_flags | IFF_UP | IFF_RUNNING);
+    if (ioctl(fd, SIOCSIFFLAGS, &request) == 0) {
+      boot_log("network: lo up");
+    } else {
+      boot_log(std::string("network: cannot bring lo up: ") + errno_text(errno));
+    }
+  }
+  close(fd);
 }
 
 // podinit.root=DEVICE|DIR: what switch_root does. The pseudo filesystems move
@@ -129,7 +162,6 @@ void mount_data(const std::string& spec) {
 void switch_root(const std::string& spec) {
   std::string root = spec;
   if (spec.rfind("/dev/", 0) == 0) {
-    wait_for_path(spec);
     root = "/newroot";
     std::string type;
     int rc = mount_device(spec, root, &type);
@@ -326,6 +358,7 @@ void run_machine_init() {
   mount_pseudo_filesystems();
   attach_console();
   boot_log("started as the machine's init");
+  bring_up_loopback();
   std::vector<std::string> errors;
   InitConfig config = read_config(&errors);
   for (const std::string& error : errors) boot_log("configuration: " + error);
@@ -356,14 +389,18 @@ void run_machine_init() {
     if (nccl) {
       for (const EnvSetting& setting : nccl->env) env.emplace_back(setting.key, setting.value);
     }
-    // The command (pyinit run) reuses the scan and the NCCL files instead of repeating them.
+    timeline.measure("device wait", [&] {
+      for (const std::string& path : devices_to_wait_for(config)) wait_for_path(path);
+    });
+    // The root first: the data mount belongs in the root the command sees.
+    if (!config.root.empty()) timeline.measure("root", [&] { switch_root(config.root); });
+    if (!config.data.empty()) timeline.measure("data", [&] { mount_data(config.data); });
+    // The command (pyinit run) reuses the scan and the NCCL files instead of
+    // repeating them, and starts its timeline where this one ends.
+    timeline.measure("exec", [] {});
     write_boot_state(kBootStateDir, read_boot_id(), topo, nccl ? &*nccl : nullptr,
                      timeline.phases());
     boot_log(std::string("state: ") + kBootStateDir + "/node.json written");
-    // The root first: the data mount belongs in the root the command sees.
-    if (!config.root.empty()) switch_root(config.root);
-    if (!config.data.empty()) mount_data(config.data);
-    for (const std::string& path : config.wait) wait_for_path(path);
     if (getenv("PATH") == nullptr) setenv("PATH", kDefaultPath, 1);
     for (const auto& [key, value] : env) setenv(key.c_str(), value.c_str(), 1);
     SupervisorOptions options;
