@@ -187,7 +187,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         rescan=args.rescan,
         boot_state=args.boot_state,
         nvml_backend=nvml_backend,
+        worker_start=args.worker_start,
     )
+
+
+def _cmd_timeline(args: argparse.Namespace) -> int:
+    from pyinit.run import timeline
+
+    return timeline.main(args.options)
 
 
 def _cmd_monitor(args: argparse.Namespace) -> int:
@@ -327,6 +334,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run a module as python -m does (ARGS after --)")  # fmt: skip
     run.add_argument("--no-python", action="store_true",
                      help="SCRIPT is a program to execute, not Python")  # fmt: skip
+    run.add_argument("--worker-start", choices=("fork", "spawn"), default="fork",
+                     help="fork: workers forked from torchrun's agent, torch imported once; "
+                     "spawn: a fresh interpreter each, as plain torchrun")  # fmt: skip
     run.add_argument("--standalone", action="store_true",
                      help="this node alone, whatever SLURM or the environment say")  # fmt: skip
     run.add_argument(
@@ -336,6 +346,11 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     run.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- SCRIPT [ARGS...]")
     run.set_defaults(handler=_cmd_run)
+
+    timeline = sub.add_parser(
+        "timeline", add_help=False, help="where the seconds went before the first step"
+    )
+    timeline.set_defaults(handler=_cmd_timeline, takes_options=True)
 
     mon = _command(sub, "monitor", help="GPU utilization, PCIe bandwidth, NVMe latency; alerts")
     mon.add_argument("--interval", type=argtypes.seconds(0.1, 3600), default=5.0, metavar="S",

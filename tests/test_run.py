@@ -63,15 +63,35 @@ def test_the_example_trains_on_cpu_and_the_loss_falls(pyinit_bin, shards, tmp_pa
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["steps"] == 40 and summary["ranks"] == 2
     assert summary["final_loss"] < summary["first_loss"] - 0.5, summary
-    kinds = [e["event"] for e in events(tmp_path)]
+    kinds = [e["event"] for e in events(tmp_path) if e["event"] != "phase"]
     # With GPUs an "nccl" event (the files written) comes before the spawn.
     assert [k for k in kinds if k != "nccl"][:3] == ["start", "preflight", "spawn"]
     assert kinds[-1] == "end"
     spawn = next(e for e in events(tmp_path) if e["event"] == "spawn")
-    assert spawn["command"][1:3] == ["-m", "torch.distributed.run"]
+    # torchrun's agent (marked by pyinit.run.agent) forks the workers, torch imported once.
+    assert spawn["command"][1:4] == ["-P", "-m", "pyinit.run.agent"]
+    at = spawn["command"].index("--start-method")
+    assert spawn["command"][at : at + 3] == ["--start-method", "fork", "--run-path"]
+    assert spawn["command"][at + 3].endswith("pyinit/run/worker.py")
     samples = (tmp_path / "monitor.jsonl").read_text().splitlines()
     assert samples and "block" in json.loads(samples[-1])  # the monitor ran beside
-    assert "--nproc-per-node" in spawn["command"] and "--no-python" in spawn["command"]
+    # Every phase of the run, in order, each rank's own; the forked workers found torch loaded.
+    timeline = subprocess.run([pyinit_bin, "timeline", tmp_path, "--json", tmp_path / "t.json"],
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert timeline.returncode == 0, timeline.stderr
+    document = json.loads((tmp_path / "t.json").read_text())
+    assert document["missing"] == [] and document["origin"] == "pyinit run start"
+    phases = [row["phase"] for row in document["rows"]]
+    assert phases == ["supervisor start", "preflight", "agent start", "agent import torch",
+                      "rendezvous", "worker start", "import torch", "process group",
+                      "first step", "steps"]  # fmt: skip
+    starts = [row["start_s"] for row in document["rows"]]
+    assert starts == sorted(starts)
+    rows = {row["phase"]: row for row in document["rows"]}
+    assert rows["import torch"]["ranks"] == [0, 1] and rows["steps"]["steps"] == 40
+    assert rows["import torch"]["seconds"] < 0.1 < rows["agent import torch"]["seconds"]
+    assert document["first_step_s"] == max(rows["first step"]["rank_ends_s"].values())
+    assert "forked with torch loaded" in timeline.stdout
 
 
 def test_a_script_that_exits_3_gives_3(pyinit_bin, tmp_path):
@@ -275,7 +295,9 @@ def test_strict_preflight_refuses_to_start(pyinit_bin, tmp_path):
     assert result.returncode == 1
     assert "GPU_COUNT" in result.stderr or "expected 8" in result.stderr, result.stderr
     assert "not starting (--preflight strict)" in result.stderr
-    assert [e["event"] for e in events(tmp_path)] == ["start", "preflight", "end"]
+    assert [e["event"] for e in events(tmp_path) if e["event"] != "phase"] == [
+        "start", "preflight", "end"
+    ]
     warned = pyinit_run(pyinit_bin, "--expect-gpus", "8", "--nproc-per-node", "1",
                         "--run-dir", tmp_path / "warn", "--", script)  # fmt: skip
     assert warned.returncode == 0 and "preflight error" in warned.stderr

@@ -35,6 +35,7 @@ from typing import IO, Any
 from pyinit import _native
 from pyinit.errors import EXIT_FAILURE, InputError
 from pyinit.extras import require
+from pyinit.run.events import RUN_DIR_ENV, EventLog, boottime, process_start
 from pyinit.run.preflight import PREFLIGHT_MODES, preflight
 
 # What the core's supervisor takes: the signals it forwards, and SIGCHLD.
@@ -61,25 +62,6 @@ class Nodes:
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "native"}
-
-
-class EventLog:
-    """JSON Lines, one object per event, flushed as written."""
-
-    def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        self._file: IO[str] = open(path, "a", encoding="utf-8")  # noqa: SIM115
-        self._lock = threading.Lock()
-
-    def write(self, event: str, **fields: Any) -> None:
-        line = json.dumps({"time": time.time(), "event": event, **fields}, default=str)
-        with self._lock:
-            self._file.write(line + "\n")
-            self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
 
 
 def find_nodes(hostfile: str | None, env: Mapping[str, str]) -> Nodes:
@@ -157,8 +139,9 @@ OWNED_TORCHRUN_OPTIONS = {
     "--master-port", "--master_port", "--nproc-per-node", "--nproc_per_node",
     "--max-restarts", "--max_restarts", "--no-python", "--no_python", "--standalone",
     "--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint", "--rdzv_endpoint", "-m",
-    "--module", "--run-path", "--run_path",
+    "--module", "--run-path", "--run_path", "--start-method", "--start_method",
 }  # fmt: skip
+WORKER_STARTS = ("fork", "spawn")
 
 
 def torchrun_options(text: str) -> list[str]:
@@ -175,16 +158,25 @@ def torchrun_options(text: str) -> list[str]:
 
 
 def torchrun_command(nodes: Nodes, nproc: int, port: int, restarts: int, status_dir: Path,
-                     target: Target, extra: Sequence[str] = ()) -> list[str]:  # fmt: skip
+                     target: Target, extra: Sequence[str] = (),
+                     worker_start: str = "fork") -> list[str]:  # fmt: skip
+    """torchrun's agent (through pyinit.run.agent, which marks its start) with
+    the static rendezvous at the master, running pyinit.run.worker per rank.
+    Python workers are forked from the agent, torch already imported, unless
+    `worker_start` is spawn; a program always gets a fresh interpreter to wrap it."""
+    if worker_start == "fork" and target.kind != "program":
+        worker_file = importlib.util.find_spec("pyinit.run.worker").origin
+        entry = ["--start-method", "fork", "--run-path", worker_file]
+    else:
+        # -P: the working directory stays off sys.path, so a checkout of pod-init
+        # there cannot shadow the installed package (python -m would put it first).
+        entry = ["--no-python", sys.executable, "-P", "-m", "pyinit.run.worker"]
     return [
-        sys.executable, "-m", "torch.distributed.run",
+        sys.executable, "-P", "-m", "pyinit.run.agent",
         "--nnodes", str(nodes.count), "--node-rank", str(nodes.rank),
         "--master-addr", nodes.master, "--master-port", str(port),
         "--nproc-per-node", str(nproc), "--max-restarts", str(restarts), *extra,
-        # -P: the working directory stays off sys.path, so a checkout of pod-init
-        # there cannot shadow the installed package (python -m would put it first).
-        "--no-python", sys.executable, "-P", "-m", "pyinit.run.worker", str(status_dir),
-        target.kind, target.name, *target.args,
+        *entry, str(status_dir), target.kind, target.name, *target.args,
     ]  # fmt: skip
 
 
@@ -250,10 +242,14 @@ def run(
     rescan: bool = False,
     boot_state: str = "/run/pod-init",
     nvml_backend: Any = None,
+    worker_start: str = "fork",
     out: IO[str] = sys.stderr,
 ) -> int:
     """Runs the target under torchrun on this node; returns the exit status."""
     started = time.monotonic()
+    entered = boottime()
+    if worker_start not in WORKER_STARTS:
+        raise InputError(f"--worker-start must be fork or spawn, not {worker_start!r}")
     nproc = _nproc(nproc_per_node)  # every check before anything is written
     extra = torchrun_options(torchrun)
     target.check()
@@ -266,10 +262,18 @@ def run(
         raise InputError(f"--run-dir {run_dir}: exists and is not a folder")
     nodes = find_nodes(hostfile, {} if standalone else os.environ)
     folder = Path(run_dir or f"pyinit-run/node{nodes.rank}")
-    log = EventLog(folder / "events.jsonl")
+    log = EventLog(folder / "events.jsonl", node=nodes.rank)
     log.write("start", argv=sys.argv, nodes=nodes.to_dict(), pid=os.getpid())
+    checked = boottime()
     node = preflight(preflight_mode, sysfs_root=sysfs_root, expect_gpus=expect_gpus,
                      rescan=rescan, state_dir=boot_state, nvml_backend=nvml_backend)  # fmt: skip
+    if node.boot_state is not None:
+        # PID 1's steps of this boot, on the same clock: the run's timeline starts at power-on.
+        for step in node.boot_state.timeline:
+            log.phase(step["phase"], step["start_s"], step["start_s"] + step["seconds"],
+                      source="pid1")  # fmt: skip
+    log.phase("supervisor start", process_start(), entered)
+    log.phase("preflight", checked, boottime())
     problems, gpus = node.problems, node.gpus
     for p in problems:
         if p.severity != "info":
@@ -281,11 +285,14 @@ def run(
         print("pyinit run: preflight found errors; not starting (--preflight strict)", file=out)
         return EXIT_FAILURE
     nproc = nproc or gpus or min(os.cpu_count() or 1, 8)
-    env = dict(os.environ, PYINIT_RUN_DIR=str(folder.resolve()))
-    if nodes.interface and "GLOO_SOCKET_IFNAME" not in env:
+    env = dict(os.environ, PYINIT_NODE_RANK=str(nodes.rank))
+    env[RUN_DIR_ENV] = str(folder.resolve())
+    if "GLOO_SOCKET_IFNAME" not in env and (nodes.interface or nodes.count == 1):
         # Gloo finds its interface through the host name (DNS or /etc/hosts); the
-        # hostfile already says which address this node is.
-        env["GLOO_SOCKET_IFNAME"] = nodes.interface
+        # hostfile already says which address this node is, and one node alone
+        # needs only the loopback (a fresh boot may have no name that resolves).
+        env["GLOO_SOCKET_IFNAME"] = nodes.interface or "lo"
+    configured = boottime()
     if gpus and node.boot_state is not None and node.boot_state.nccl_dir and nodes.count == 1:
         # PID 1 configured NCCL for this boot and this single node: use its files as they are.
         env.update(node.boot_state.nccl_env)
@@ -298,11 +305,14 @@ def run(
         config.write()
         env.update(config.env)
         log.write("nccl", files=sorted(config.files), env=config.env)
+    if gpus:
+        log.phase("nccl files", configured, boottime())
     status_dir = folder / "status"
     status_dir.mkdir(parents=True, exist_ok=True)
     for stale in [*status_dir.glob("rank-*.json"), *status_dir.glob("attempt-*")]:
         stale.unlink()
-    command = torchrun_command(nodes, nproc, master_port, max_restarts, status_dir, target, extra)
+    command = torchrun_command(nodes, nproc, master_port, max_restarts, status_dir, target, extra,
+                               worker_start)  # fmt: skip
     monitor = None
     parent = os.getpid()
     if monitor_interval > 0:

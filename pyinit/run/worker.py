@@ -1,23 +1,39 @@
-"""What torchrun starts for `pyinit run`: the user's script (as ``__main__``),
-module (as ``python -m`` runs it) or program, with its exit status written
-down, because torchrun reports a failed worker as its own exit status 1 and the
-script's own code is lost; and a mark per attempt, so restarts show without
-parsing torchrun's log.
+"""What each worker of ``pyinit run`` runs: the user's script (as
+``__main__``), module (as ``python -m`` runs it) or program, with
+
+- its exit status written down, because torchrun reports a failed worker as its
+  own exit status 1 and the script's own code is lost;
+- a mark per attempt, so restarts show without parsing torchrun's log;
+- the worker's timeline in the run's event log (``PYINIT_RUN_DIR``), without the
+  script's help: its start, ``import torch``, the device's initialisation, the
+  process group's, the first optimizer step and the last (hooks on torch's own
+  functions, installed before the script runs).
+
+``pyinit run`` starts it two ways. By default torchrun forks each worker from
+its agent, which has imported torch already (``--start-method fork --run-path``
+this file): the workers do not import torch again. With ``--worker-start
+spawn``, or for a program, torchrun starts a fresh interpreter::
 
     python -m pyinit.run.worker STATUS_DIR script|module|program NAME [ARGS...]
+
+Under plain torchrun (``-m pyinit.run.worker`` with ``PYINIT_RUN_DIR`` set) the
+same marks are written, which is how the two launchers are compared.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import runpy
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from pyinit import _native
 from pyinit.jsonfile import write_json
+from pyinit.run.events import EventLog, boottime, process_start
 
 
 def _record(status_dir: Path, code: int) -> None:
@@ -35,13 +51,91 @@ def _run_program(argv: list[str]) -> int:
     return 128 - code if code < 0 else code
 
 
+class Marks:
+    """The worker's phases, written to the run's event log as they end."""
+
+    def __init__(self, log: EventLog):
+        self.log = log
+        self.ready = boottime()  # when the last phase ended: the next one's start
+        self.steps = 0
+        self.first_step = 0.0
+        self.last_step = 0.0
+
+    def phase(self, name: str, start: float, end: float, **fields: Any) -> None:
+        self.log.phase(name, start, end, **fields)
+        self.ready = end
+
+    def instrument_torch(self) -> None:
+        """``import torch`` timed, and hooks on what every training script calls."""
+        preloaded = "torch" in sys.modules  # forked from an agent that imported it
+        start = boottime()
+        import torch
+        import torch.distributed as dist
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        self.phase("import torch", start, boottime(), preloaded=preloaded)
+
+        lazy_init = torch.cuda._lazy_init
+
+        # torch's C++ side calls torch.cuda._lazy_init by name too, so this sees
+        # the first CUDA use wherever it comes from.
+        @functools.wraps(lazy_init)
+        def timed_lazy_init() -> None:
+            if torch.cuda.is_initialized():
+                return lazy_init()
+            began = boottime()
+            lazy_init()
+            self.phase("device init", began, boottime(), device=torch.cuda.current_device())
+            return None
+
+        torch.cuda._lazy_init = timed_lazy_init
+        init_process_group = dist.init_process_group
+
+        @functools.wraps(init_process_group)
+        def timed_init_process_group(*args: Any, **kwargs: Any) -> Any:
+            began = boottime()
+            result = init_process_group(*args, **kwargs)
+            backend = str(dist.get_backend())
+            self.phase("process group", began, boottime(), backend=backend,
+                       world_size=dist.get_world_size())  # fmt: skip
+            return result
+
+        dist.init_process_group = timed_init_process_group
+
+        def after_step(_optimizer: Any, _args: Any, _kwargs: Any) -> None:
+            now = boottime()
+            self.steps += 1
+            self.last_step = now
+            if self.steps == 1:
+                self.first_step = now
+                self.phase("first step", self.ready, now)
+
+        register_optimizer_step_post_hook(after_step)
+
+    def finish(self) -> None:
+        if self.steps > 1:
+            self.log.phase("steps", self.first_step, self.last_step, steps=self.steps)
+
+
 def main() -> None:
+    entered = boottime()
     # torchrun's agent is the parent: if it dies (even by KILL), so does this worker.
     _native.die_with_parent(signal.SIGKILL, os.getppid())
+    # Forked from the agent, the worker inherits its handlers: a worker ends on
+    # TERM and raises KeyboardInterrupt on INT, as a fresh interpreter would.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     status_dir, kind, name, *args = sys.argv[1:]
     # torchrun counts its restarts of the worker group; pyinit run watches for new attempts.
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     (Path(status_dir) / f"attempt-{attempt}").touch()
+    rank, node = int(os.environ.get("RANK", "0")), int(os.environ.get("GROUP_RANK", "0"))
+    log = EventLog.for_run(rank=rank, node=node, attempt=attempt)
+    marks = Marks(log) if log is not None else None
+    if marks is not None:
+        marks.phase("worker start", process_start(), entered)
+        if kind != "program":
+            marks.instrument_torch()
     try:
         if kind == "program":
             sys.exit(_run_program([name, *args]))
@@ -61,6 +155,9 @@ def main() -> None:
     except BaseException:
         _record(Path(status_dir), 1)
         raise
+    finally:
+        if marks is not None:
+            marks.finish()
     _record(Path(status_dir), 0)
 
 

@@ -1,0 +1,72 @@
+"""The run's event log, ``RUN_DIR/events.jsonl``: one JSON object per line,
+appended by every process of the run (``pyinit run``, the torchrun agent, each
+worker) and flushed as written, so a crash loses at most the line in progress.
+
+Every event has ``time`` (wall clock, for people) and ``boottime`` (seconds on
+CLOCK_BOOTTIME, the clock PID 1 stamps the boot with, so the boot and the run
+line up on one axis). A ``phase`` event is a step with a ``name``, ``start``
+and ``end`` on CLOCK_BOOTTIME; ``pyinit timeline`` draws them.
+
+This module is imported by every worker before the training script: it imports
+nothing beyond the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+FILE_NAME = "events.jsonl"
+# Where pyinit run tells its agent and workers to write (the run's folder).
+RUN_DIR_ENV = "PYINIT_RUN_DIR"
+
+
+def boottime() -> float:
+    """Seconds since the kernel started, on the clock PID 1's timeline uses."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def process_start(pid: int | str = "self") -> float:
+    """When the process began (fork, not exec), on CLOCK_BOOTTIME, to the
+    kernel's clock tick (10 ms at the usual 100 Hz)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    # The command name (field 2) may hold spaces and parentheses: count after its end.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[19]) / os.sysconf("SC_CLK_TCK")
+
+
+class EventLog:
+    """Appends events to a run's log; several processes may share the file
+    (each line is one write on an O_APPEND descriptor)."""
+
+    def __init__(self, path: Path | str, **common: Any):
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._common = common  # fields every event of this writer carries (rank, node)
+        self._file: IO[str] = open(path, "a", encoding="utf-8")  # noqa: SIM115
+        self._lock = threading.Lock()
+
+    @classmethod
+    def for_run(cls, **common: Any) -> EventLog | None:
+        """The log of the run this process belongs to, or None outside one."""
+        folder = os.environ.get(RUN_DIR_ENV)
+        return cls(Path(folder) / FILE_NAME, **common) if folder else None
+
+    def write(self, event: str, **fields: Any) -> None:
+        record = {"time": time.time(), "boottime": boottime(), "event": event}
+        line = json.dumps({**record, **self._common, **fields}, default=str) + "\n"
+        with self._lock:
+            self._file.write(line)
+            self._file.flush()
+
+    def phase(self, name: str, start: float, end: float, **fields: Any) -> None:
+        """A step of the run, from `start` to `end` on CLOCK_BOOTTIME."""
+        self.write("phase", name=name, start=round(start, 6), end=round(end, 6), **fields)
+
+    def close(self) -> None:
+        self._file.close()

@@ -1,0 +1,239 @@
+"""``pyinit timeline RUN_DIR``: where the seconds went before the first step.
+
+Reads the run's event log (``RUN_DIR/events.jsonl``: PID 1's boot steps when
+pod-init booted the node, then ``pyinit run``'s, torchrun's agent's and every
+worker's) and prints one row per phase, in order, with its start, its length
+and a bar on a common axis: a text Gantt chart. ``--json`` writes the rows for
+machines, ``--png`` draws the chart. Phases every rank goes through are shown
+once, from the earliest rank's start to the latest rank's end; their spread is
+in the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from pyinit.errors import InputError
+from pyinit.jsonfile import MalformedJson, parse_json, write_json
+from pyinit.run.events import FILE_NAME
+
+# (event name, label, who records it), in the order they happen.
+PHASES = (
+    ("kernel", "kernel start to /init", "PID 1"),
+    ("modules", "module loading", "PID 1"),
+    ("scan", "topology scan", "PID 1"),
+    ("nccl", "NCCL files", "PID 1"),
+    ("device wait", "waiting for devices", "PID 1"),
+    ("root", "mounting the root", "PID 1"),
+    ("data", "mounting the data disk", "PID 1"),
+    ("exec", "exec of the supervisor", "PID 1"),
+    ("supervisor start", "supervisor start (Python, pyinit)", "pyinit run"),
+    ("preflight", "preflight", "pyinit run"),
+    ("nccl files", "NCCL files", "pyinit run"),
+    ("agent start", "torchrun agent start (Python)", "agent"),
+    ("agent import torch", "agent: import torch", "agent"),
+    ("rendezvous", "rendezvous, workers started", "agent"),
+    ("worker start", "worker start (Python)", "workers"),
+    ("import torch", "worker: import torch", "workers"),
+    ("device init", "device init (CUDA)", "workers"),
+    ("process group", "process group init", "workers"),
+    ("first step", "to the first step done", "workers"),
+    ("steps", "steps after the first", "workers"),
+)
+# Phases that belong to a run on any node; PID 1's exist only when pod-init booted it.
+RUN_PHASES = tuple(name for name, _, who in PHASES if who != "PID 1")
+BAR_WIDTH = 40
+
+
+@dataclass
+class Row:
+    phase: str
+    label: str
+    recorder: str
+    start_s: float  # from the origin
+    seconds: float
+    ranks: list[int] = field(default_factory=list)
+    # Per rank: when its phase ended, from the origin (the spread across ranks).
+    rank_ends_s: dict[str, float] = field(default_factory=dict)
+    steps: int | None = None
+    note: str = ""
+
+
+@dataclass
+class Timeline:
+    origin: str  # "power-on" or "pyinit run start"
+    rows: list[Row]
+    first_step_s: float | None  # when every rank had done its first step
+    missing: list[str]  # run phases the log does not have
+    restarts: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def read_events(run_dir: Path) -> list[dict]:
+    """The log's events (RUN_DIR/events.jsonl, or that file named itself); a
+    torn last line (a crash mid-write) is left out."""
+    path = run_dir if run_dir.is_file() else run_dir / FILE_NAME
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        where = str(run_dir)
+        raise InputError(f"no {FILE_NAME} here: not a pyinit run folder", file=where) from None
+    events = []
+    lines = text.splitlines()
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            event = parse_json(line)
+        except MalformedJson as e:
+            if number == len(lines):
+                break
+            raise InputError(str(e), file=str(path), line=number) from None
+        if isinstance(event, dict):
+            events.append(event)
+    return events
+
+
+def build(events: list[dict]) -> Timeline:
+    phases = [e for e in events if e.get("event") == "phase" and e.get("attempt", 0) == 0]
+    by_name: dict[str, list[dict]] = {}
+    for event in phases:
+        by_name.setdefault(event["name"], []).append(event)
+    booted = "kernel" in by_name
+    if booted:
+        origin_at, origin = 0.0, "power-on"
+    elif "supervisor start" in by_name:
+        origin_at, origin = by_name["supervisor start"][0]["start"], "pyinit run start"
+    elif phases:
+        origin_at, origin = min(e["start"] for e in phases), "first event"
+    else:
+        raise InputError("the event log has no phases: was this run started by pyinit run?")
+    workers = [e for e in phases if "rank" in e]
+    agent_done = by_name.get("agent import torch")
+    if agent_done and by_name.get("worker start"):
+        # Between torch's import in the agent and the first worker's fork: the
+        # rendezvous and torchrun's start of the workers.
+        first_fork = min(e["start"] for e in by_name["worker start"])
+        ended = agent_done[0]["end"]
+        by_name["rendezvous"] = [{"start": ended, "end": max(first_fork, ended)}]
+    rows = []
+    for name, label, recorder in PHASES:
+        found = by_name.get(name)
+        if not found:
+            continue
+        start = min(e["start"] for e in found) - origin_at
+        end = max(e["end"] for e in found) - origin_at
+        row = Row(name, label, recorder, round(start, 6), round(end - start, 6))
+        ranked = [e for e in found if "rank" in e]
+        if ranked:
+            row.ranks = sorted({e["rank"] for e in ranked})
+            row.rank_ends_s = {str(e["rank"]): round(e["end"] - origin_at, 6) for e in ranked}
+        if name == "steps":
+            row.steps = max(e.get("steps", 0) for e in found)
+        if name == "import torch" and all(e.get("preloaded") for e in found):
+            row.note = "forked with torch loaded"
+        rows.append(row)
+    first = by_name.get("first step")
+    ranks = {e["rank"] for e in workers}
+    first_step = None
+    if first and {e["rank"] for e in first} >= ranks:
+        first_step = round(max(e["end"] for e in first) - origin_at, 6)
+    missing = [name for name in RUN_PHASES if name not in by_name and name != "nccl files"]
+    if any(e.get("backend") == "gloo" for e in by_name.get("process group", [])):
+        missing = [m for m in missing if m != "device init"]  # no device to initialise on CPU
+    restarts = len({e.get("attempt", 0) for e in events if e.get("event") == "phase"}) - 1
+    return Timeline(origin, rows, first_step, missing, max(restarts, 0))
+
+
+def _bar(start: float, seconds: float, span: float) -> str:
+    """The phase's place on the common axis, `BAR_WIDTH` characters for `span`."""
+    scale = BAR_WIDTH / span if span > 0 else 0.0
+    begin = min(BAR_WIDTH - 1, int(start * scale))
+    length = max(1, round(seconds * scale)) if seconds > 0 else 0
+    return " " * begin + ("#" * length if length else "|")
+
+
+def table(timeline: Timeline) -> str:
+    span = max((r.start_s + r.seconds for r in timeline.rows), default=0.0)
+    lines = [f"{'phase':46} {'who':10} {'start s':>8} {'took s':>8}  from {timeline.origin}"]
+    for row in timeline.rows:
+        label = row.label
+        if row.ranks:
+            ranks = f"rank {row.ranks[0]}" if len(row.ranks) == 1 else (
+                f"ranks {row.ranks[0]}-{row.ranks[-1]}")  # fmt: skip
+            label += f" ({ranks})"
+        if row.steps:
+            label += f" ({row.steps} steps)"
+        bar = _bar(row.start_s, row.seconds, span)
+        timing = f"{row.start_s:8.3f} {row.seconds:8.3f}"
+        lines.append(f"{label:46.46} {row.recorder:10} {timing}  {bar}")
+        if row.note:
+            lines.append(f"  {row.note}")
+    if timeline.first_step_s is not None:
+        lines.append(f"first step done on every rank {timeline.first_step_s:.3f} s after "
+                     f"{timeline.origin}")  # fmt: skip
+    if timeline.missing:
+        lines.append("not in the log: " + ", ".join(timeline.missing))
+    if timeline.restarts:
+        lines.append(f"the worker group restarted {timeline.restarts} time(s); the first "
+                     "attempt is shown")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+COLOURS = {"PID 1": "#4c72b0", "pyinit run": "#55a868", "agent": "#c44e52", "workers": "#8172b2"}
+
+
+def plot(timeline: Timeline, path: Path) -> bool:
+    from pyinit.bench.plotting import pyplot
+
+    plt = pyplot()
+    if plt is None:
+        return False
+    rows = timeline.rows
+    fig, ax = plt.subplots(figsize=(9, 0.35 * len(rows) + 1.6))
+    for y, row in enumerate(rows):
+        ax.barh(y, max(row.seconds, 1e-3), left=row.start_s, color=COLOURS[row.recorder],
+                label=row.recorder)  # fmt: skip
+        for end in row.rank_ends_s.values():
+            ax.plot([end, end], [y - 0.4, y + 0.4], color="black", linewidth=0.8)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([r.label for r in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel(f"seconds from {timeline.origin}")
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))
+    ax.legend(unique.values(), unique.keys(), loc="best", fontsize="small")
+    title = f"From {timeline.origin} to the first step"
+    if timeline.first_step_s is not None:
+        title += f" on every rank: {timeline.first_step_s:.2f} s"
+    ax.set_title(title + "\n(ticks: each rank's end of the phase)", fontsize="medium")
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="pyinit timeline", description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", metavar="RUN_DIR",
+                        help="a pyinit run folder (--run-dir), or its events.jsonl")  # fmt: skip
+    parser.add_argument("--json", metavar="FILE", help="write the rows as JSON")
+    parser.add_argument("--png", metavar="FILE", help="draw the chart (needs pod-init[plots])")
+    args = parser.parse_args(argv)
+    if args.png:
+        from pyinit.extras import require
+
+        require("matplotlib", "pyinit timeline --png")
+    timeline = build(read_events(Path(args.run_dir)))
+    sys.stdout.write(table(timeline))
+    if args.json:
+        write_json(args.json, timeline.to_dict())
+    if args.png:
+        plot(timeline, Path(args.png))
+    return 0
