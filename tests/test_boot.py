@@ -1,11 +1,15 @@
 """The boot image: initramfs/build (reproducible, modules with their
-dependencies, bad input) and a real boot under QEMU with Debian's kernel and
-an emulated NVMe disk, pod-init as /init."""
+dependencies, bad input) and real boots under QEMU with Debian's kernel and
+an emulated NVMe disk, pod-init as /init: reading the disk, switching root,
+and training (initramfs/build-root's root, pyinit run, two CPU workers) with
+the timeline from power-on to the steps."""
 
 from __future__ import annotations
 
 import gzip
 import hashlib
+import json
+import math
 import shutil
 import stat
 import subprocess
@@ -223,3 +227,84 @@ def test_boot_switches_root_and_mounts_data(tmp_path, pod_init_bin, qemu_parts):
     # Before the power goes: the data disk unmounted, the root (busy: we run from it) read-only.
     assert lines.index("unmounted /data") < lines.index("remounted / read-only"), log
     assert "reboot: Power down" in log, log
+
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "train_tiny.py"
+TINY_MODEL = ["--width", "32", "--layers", "1", "--seq-len", "32", "--batch-size", "4",
+              "--log-every", "1"]  # fmt: skip
+TRAIN_STEPS = 4
+
+
+@pytest.fixture(scope="module")
+def training_images(tmp_path_factory, pod_init_bin, qemu_parts):
+    """The boot image and a training root (this Python environment, the
+    example, its shards, and a script that exits 3), built once."""
+    if shutil.which("mkfs.ext4") is None or shutil.which("debugfs") is None:
+        pytest.skip("no mkfs.ext4 or debugfs (apt install e2fsprogs)")
+    folder = tmp_path_factory.mktemp("training-boot")
+    subprocess.run([sys.executable, EXAMPLE.parent / "make_corpus.py", "--out",
+                    folder / "corpus.jsonl", "--megabytes", "0.5"],
+                   check=True, capture_output=True)  # fmt: skip
+    from pyinit.data.sharder import shard
+
+    shard([str(folder / "corpus.jsonl")], str(folder / "shards"), 2)
+    three = folder / "exit3.py"
+    three.write_text("import sys\n\nimport torch  # noqa: F401\n\nsys.exit(3)\n")
+    return qemu_boot.build_training_images(folder, pod_init_bin, folder / "shards",
+                                           [EXAMPLE, three])  # fmt: skip
+
+
+def training_boot(images, append: str) -> qemu_boot.Boot:
+    kernel, _ = qemu_boot.kernel_and_release()
+    boot_image, root_image = images
+    return qemu_boot.boot(kernel, boot_image, f"quiet podinit.hostname=trainer {append}",
+                          [root_image], timeout=900, memory_mb=2048, cpus=2)  # fmt: skip
+
+
+@pytest.mark.qemu
+@pytest.mark.slow
+def test_power_on_to_first_gradient(training_images, tmp_path, pyinit_bin):
+    """PID 1 mounts the training root from the NVMe disk, runs pyinit run with
+    two CPU workers, and the timeline accounts for every phase from power-on."""
+    append = qemu_boot.training_command("train_tiny.py", 2, "--data", "/opt/train/shards",
+                                        "--steps", str(TRAIN_STEPS), *TINY_MODEL)  # fmt: skip
+    run = training_boot(training_images, append)
+    log = run.console
+    assert not run.timed_out and run.returncode == 0, log
+    lines = [message for _, message in run.pod_init_lines()]
+    assert "network: lo up" in lines, log
+    assert "root: switched to /dev/nvme0n1" in lines, log
+    assert "all-reduce: sum 3 over 2 ranks, expected 3" in log, log
+    assert f"step     {TRAIN_STEPS}  loss" in log, log
+    assert "command exited with status 0" in lines, log
+    assert "reboot: Power down" in log, log
+    run_dir = qemu_boot.copy_out(training_images[1], qemu_boot.GUEST_RUN_DIR, tmp_path)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == TRAIN_STEPS and summary["ranks"] == 2
+    assert math.isfinite(summary["first_loss"]) and math.isfinite(summary["final_loss"])
+    done = subprocess.run([pyinit_bin, "timeline", run_dir, "--json", tmp_path / "t.json"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    timeline = json.loads((tmp_path / "t.json").read_text())
+    assert timeline["origin"] == "power-on" and timeline["missing"] == [], timeline
+    phases = [row["phase"] for row in timeline["rows"]]
+    # No GPU here: PID 1 writes no NCCL files, and no data disk was given.
+    assert phases == ["kernel", "modules", "scan", "device wait", "root", "exec",
+                      "supervisor start", "preflight", "agent start", "agent import torch",
+                      "rendezvous", "worker start", "import torch", "process group",
+                      "first step", "steps"], phases  # fmt: skip
+    ends = [row["start_s"] + row["seconds"] for row in timeline["rows"]]
+    starts = [row["start_s"] for row in timeline["rows"]]
+    assert starts == sorted(starts) and all(e >= s for s, e in zip(starts, ends, strict=True))
+    assert 0 < timeline["first_step_s"] < run.pod_init_lines()[-1][0]
+
+
+@pytest.mark.qemu
+@pytest.mark.slow
+def test_a_training_script_that_exits_3_is_the_console_status(training_images):
+    append = qemu_boot.training_command("exit3.py", 1, run_dir="/var/lib/pod-init/exit3")
+    run = training_boot(training_images, append)
+    lines = [message for _, message in run.pod_init_lines()]
+    assert not run.timed_out and run.returncode == 0, run.console
+    assert "command exited with status 3" in lines, run.console
+    assert "reboot: Power down" in run.console, run.console
