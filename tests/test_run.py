@@ -82,9 +82,15 @@ def test_the_example_trains_on_cpu_and_the_loss_falls(pyinit_bin, shards, tmp_pa
     document = json.loads((tmp_path / "t.json").read_text())
     assert document["missing"] == [] and document["origin"] == "pyinit run start"
     phases = [row["phase"] for row in document["rows"]]
-    assert phases == ["supervisor start", "preflight", "agent start", "agent import torch",
-                      "rendezvous", "worker start", "import torch", "process group",
-                      "first step", "steps"]  # fmt: skip
+    expected = ["supervisor start", "preflight", "agent start", "agent import torch",
+                "rendezvous", "worker start", "import torch", "process group", "first step",
+                "steps"]  # fmt: skip
+    import torch
+
+    if torch.cuda.is_available():  # the NCCL files, and CUDA's start (the example's order)
+        expected[2:2] = ["nccl files"]
+        expected[-2:-2] = ["device init"]
+    assert phases == expected
     starts = [row["start_s"] for row in document["rows"]]
     assert starts == sorted(starts)
     rows = {row["phase"]: row for row in document["rows"]}
@@ -296,7 +302,9 @@ def test_strict_preflight_refuses_to_start(pyinit_bin, tmp_path):
     assert "GPU_COUNT" in result.stderr or "expected 8" in result.stderr, result.stderr
     assert "not starting (--preflight strict)" in result.stderr
     assert [e["event"] for e in events(tmp_path) if e["event"] != "phase"] == [
-        "start", "preflight", "end"
+        "start",
+        "preflight",
+        "end",
     ]
     warned = pyinit_run(pyinit_bin, "--expect-gpus", "8", "--nproc-per-node", "1",
                         "--run-dir", tmp_path / "warn", "--", script)  # fmt: skip
@@ -352,3 +360,33 @@ def test_a_module_a_program_standalone_and_torchrun_options(pyinit_bin, tmp_path
         refused = pyinit_run(pyinit_bin, "--run-dir", tmp_path / "x", *args, cwd=tmp_path)
         assert refused.returncode == 2 and message in refused.stderr, refused.stderr
         assert not (tmp_path / "x").exists()
+
+
+def test_device_init_is_timed_once_while_torch_reenters_it(tmp_path):
+    """torch calls torch.cuda._lazy_init from inside itself while CUDA starts
+    (its queued calls); the worker's timing hook must pass those through, not
+    recurse (seen on the lent H200s). Without a GPU here, a stand-in for
+    _lazy_init re-enters by name as torch's does."""
+    program = f"""
+import torch, torch.cuda
+state = {{"initialized": False, "inside": False}}
+def lazy_init():
+    if state["initialized"] or state["inside"]:
+        return
+    state["inside"] = True
+    torch.cuda._lazy_init()  # a queued call, by name: the hook again
+    torch.cuda._lazy_init()
+    state["initialized"], state["inside"] = True, False
+torch.cuda._lazy_init = lazy_init
+torch.cuda.is_initialized = lambda: state["initialized"]
+from pyinit.run.events import EventLog
+from pyinit.run.worker import Marks
+Marks(EventLog({str(tmp_path / "events.jsonl")!r}, rank=0)).instrument_torch()
+torch.cuda._lazy_init()
+torch.cuda._lazy_init()
+"""
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    phases = [e["name"] for e in events(tmp_path) if e["event"] == "phase"]
+    assert phases == ["import torch", "device init"]

@@ -16,9 +16,16 @@ import sys
 
 from pyinit.run.events import EventLog, boottime, process_start
 
+# torch's own switch for a CUDA check that does not initialise CUDA: torchrun's
+# LaunchConfig asks torch.cuda.is_available(), which otherwise runs cuInit in the
+# agent, and a CUDA-initialised parent cannot fork workers that use CUDA. The
+# workers inherit it; their availability check then asks NVML, as torch documents.
+FORK_SAFE_CUDA_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
+
 
 def main() -> None:
     entered = boottime()
+    os.environ.setdefault(FORK_SAFE_CUDA_CHECK, "1")
     log = EventLog.for_run(node=int(os.environ.get("PYINIT_NODE_RANK", "0")))
     start = boottime()
     from torch.distributed import run as torchrun

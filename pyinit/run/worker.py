@@ -76,16 +76,23 @@ class Marks:
         self.phase("import torch", start, boottime(), preloaded=preloaded)
 
         lazy_init = torch.cuda._lazy_init
+        initialising = False
 
         # torch's C++ side calls torch.cuda._lazy_init by name too, so this sees
-        # the first CUDA use wherever it comes from.
+        # the first CUDA use wherever it comes from. torch calls it again from
+        # inside itself while it initialises (queued calls): those pass through.
         @functools.wraps(lazy_init)
         def timed_lazy_init() -> None:
-            if torch.cuda.is_initialized():
+            nonlocal initialising
+            if initialising or torch.cuda.is_initialized():
                 return lazy_init()
+            initialising = True
             began = boottime()
-            lazy_init()
-            self.phase("device init", began, boottime(), device=torch.cuda.current_device())
+            try:
+                lazy_init()
+            finally:
+                initialising = False
+            self.phase("device init", began, boottime())
             return None
 
         torch.cuda._lazy_init = timed_lazy_init
