@@ -99,7 +99,24 @@ def read_events(run_dir: Path) -> list[dict]:
     return events
 
 
+def clamp_process_starts(by_name: dict[str, list[dict]], events: list[dict]) -> None:
+    """A process's start comes from /proc at the clock tick (10 ms), rounded
+    down: never show a process starting before the step that started it."""
+    launched = {
+        "supervisor start": [e["end"] for e in by_name.get("exec", [])],
+        "agent start": [e["boottime"] for e in events if e.get("event") == "spawn"],
+        "worker start": [e["end"] for e in by_name.get("agent import torch", [])],
+    }
+    for name, before in launched.items():
+        if before:
+            by_name[name] = [dict(e, start=min(max(e["start"], before[0]), e["end"]))
+                             for e in by_name.get(name, [])]  # fmt: skip
+
+
 def build(events: list[dict]) -> Timeline:
+    starts = [i for i, e in enumerate(events) if e.get("event") == "start"]
+    if starts:  # a folder used by several runs: the last one
+        events = events[starts[-1] :]
     phases = [e for e in events if e.get("event") == "phase" and e.get("attempt", 0) == 0]
     by_name: dict[str, list[dict]] = {}
     for event in phases:
@@ -114,6 +131,7 @@ def build(events: list[dict]) -> Timeline:
     else:
         raise InputError("the event log has no phases: was this run started by pyinit run?")
     workers = [e for e in phases if "rank" in e]
+    clamp_process_starts(by_name, events)
     agent_done = by_name.get("agent import torch")
     if agent_done and by_name.get("worker start"):
         # Between torch's import in the agent and the first worker's fork: the
@@ -138,6 +156,9 @@ def build(events: list[dict]) -> Timeline:
         if name == "import torch" and all(e.get("preloaded") for e in found):
             row.note = "forked with torch loaded"
         rows.append(row)
+    # In the order they began (a script may start CUDA inside the process group's
+    # set-up, or before it); the table's order breaks ties.
+    rows.sort(key=lambda row: row.start_s)
     first = by_name.get("first step")
     ranks = {e["rank"] for e in workers}
     first_step = None
