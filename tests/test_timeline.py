@@ -51,6 +51,17 @@ def test_a_run_folder_is_read_like_its_log(pyinit_bin, tmp_path):
     assert done.returncode == 0 and done.stdout == (GOLDEN / "qemu-training.txt").read_text()
 
 
+def test_a_folder_used_twice_shows_its_last_run(pyinit_bin, tmp_path):
+    earlier = [json.loads(line) for line in EVENTS.read_text().splitlines()]
+    shifted = [dict(e, start=e["start"] - 50, end=e["end"] - 50) if "start" in e else e
+               for e in earlier[1:]]  # fmt: skip
+    (tmp_path / "events.jsonl").write_text(
+        "".join(json.dumps(e) + "\n" for e in [earlier[0], *shifted]) + EVENTS.read_text()
+    )
+    done = timeline(pyinit_bin, tmp_path)
+    assert done.returncode == 0 and done.stdout == (GOLDEN / "qemu-training.txt").read_text()
+
+
 def test_a_crashed_run_is_read_as_far_as_it_went(pyinit_bin, tmp_path):
     lines = EVENTS.read_text().splitlines(keepends=True)
     cut = next(i for i, line in enumerate(lines) if '"first step"' in line)
