@@ -188,6 +188,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         boot_state=args.boot_state,
         nvml_backend=nvml_backend,
         worker_start=args.worker_start,
+        stall_timeout=args.stall_timeout,
     )
 
 
@@ -334,6 +335,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run a module as python -m does (ARGS after --)")  # fmt: skip
     run.add_argument("--no-python", action="store_true",
                      help="SCRIPT is a program to execute, not Python")  # fmt: skip
+    run.add_argument(
+        "--stall-timeout", type=argtypes.seconds(1, 86400, zero=True), default=0.0,
+        metavar="S", help="end (or restart) the workers when a rank makes no step for S "
+        "seconds after its last one, naming it; 0: off (try 300)",
+    )  # fmt: skip
     run.add_argument("--worker-start", choices=("fork", "spawn"), default="fork",
                      help="fork: workers forked from torchrun's agent, torch imported once; "
                      "spawn: a fresh interpreter each, as plain torchrun")  # fmt: skip

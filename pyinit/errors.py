@@ -12,6 +12,7 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FAILURE = 1  # a system call failed, or the node is unhealthy (an error finding)
 EXIT_USAGE = 2  # bad usage or bad content: the message names the option, file and line
+EXIT_STALLED = 124  # pyinit run ended its workers for a stall (as timeout(1) exits)
 
 # The table printed by `pyinit --help` and `pod-init --help` and kept in the README
 # (tests/test_errors.py holds all three to this text).
@@ -22,7 +23,9 @@ exit status:
        node is unhealthy (a finding of severity error, a failed preflight)
   2    bad usage or bad content (the message names the option, or the file and line)
   N    a supervised command's own status (pod-init -- CMD, pyinit run); 128+N when
-       signal N ended it, 127 when it was not found, 126 when it could not be run"""
+       signal N ended it, 127 when it was not found, 126 when it could not be run
+  124  pyinit run --stall-timeout: a rank made no step for that long, and the run
+       ended (its stall event names the rank and where it was)"""
 
 
 class InputError(ValueError):

@@ -84,7 +84,9 @@ constexpr const char* kExitStatus =
     "       node is unhealthy (a finding of severity error, a failed preflight)\n"
     "  2    bad usage or bad content (the message names the option, or the file and line)\n"
     "  N    a supervised command's own status (pod-init -- CMD, pyinit run); 128+N when\n"
-    "       signal N ended it, 127 when it was not found, 126 when it could not be run\n";
+    "       signal N ended it, 127 when it was not found, 126 when it could not be run\n"
+    "  124  pyinit run --stall-timeout: a rank made no step for that long, and the run\n"
+    "       ended (its stall event names the rank and where it was)\n";
 
 // The usage lines of every command (`command` null) or of one.
 std::string usage_lines(const char* command) {

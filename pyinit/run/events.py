@@ -30,13 +30,25 @@ def boottime() -> float:
     return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
+def _stat_fields(pid: int | str) -> list[str]:
+    """/proc/PID/stat from field 3 (state) on: the command name (field 2) may
+    hold spaces and parentheses, so count after its end."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2 :].split()
+
+
 def process_start(pid: int | str = "self") -> float:
     """When the process began (fork, not exec), on CLOCK_BOOTTIME, to the
     kernel's clock tick (10 ms at the usual 100 Hz)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    # The command name (field 2) may hold spaces and parentheses: count after its end.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    return int(_stat_fields(pid)[19]) / os.sysconf("SC_CLK_TCK")
+
+
+def process_alive(pid: int) -> bool:
+    """The process exists and is not a zombie (dead, not yet reaped)."""
+    try:
+        return _stat_fields(pid)[0] != "Z"
+    except OSError:
+        return False
 
 
 class EventLog:

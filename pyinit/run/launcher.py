@@ -33,10 +33,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from pyinit import _native
-from pyinit.errors import EXIT_FAILURE, InputError
+from pyinit.errors import EXIT_FAILURE, EXIT_STALLED, InputError
 from pyinit.extras import require
 from pyinit.run.events import RUN_DIR_ENV, EventLog, boottime, process_start
 from pyinit.run.preflight import PREFLIGHT_MODES, preflight
+from pyinit.run.stall import StallWatch, flight_recorder_env
 
 # What the core's supervisor takes: the signals it forwards, and SIGCHLD.
 SUPERVISED = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
@@ -243,6 +244,7 @@ def run(
     boot_state: str = "/run/pod-init",
     nvml_backend: Any = None,
     worker_start: str = "fork",
+    stall_timeout: float = 0.0,
     out: IO[str] = sys.stderr,
 ) -> int:
     """Runs the target under torchrun on this node; returns the exit status."""
@@ -309,8 +311,12 @@ def run(
         log.phase("nccl files", configured, boottime())
     status_dir = folder / "status"
     status_dir.mkdir(parents=True, exist_ok=True)
-    for stale in [*status_dir.glob("rank-*.json"), *status_dir.glob("attempt-*")]:
-        stale.unlink()
+    for pattern in ("rank-*.json", "attempt-*", "progress-rank*", "stack-rank*"):
+        for stale in status_dir.glob(pattern):
+            stale.unlink()
+    if stall_timeout > 0:
+        for key, value in flight_recorder_env(folder, status_dir).items():
+            env.setdefault(key, value)
     command = torchrun_command(nodes, nproc, master_port, max_restarts, status_dir, target, extra,
                                worker_start)  # fmt: skip
     monitor = None
@@ -341,11 +347,17 @@ def run(
             forwarded.append(sig)
 
         restarts = _RestartWatch(status_dir, log)
+        stalls = StallWatch(status_dir, folder, stall_timeout, nodes.rank, log, out)
+
+        def on_tick() -> None:
+            restarts.check()
+            stalls.check()
+
         log.write("spawn", command=command,
                   seconds_since_start=round(time.monotonic() - started, 4))  # fmt: skip
         code = _native.supervise(
             command, env, grace_s=ESCALATE_AFTER_S, on_signal=on_signal,
-            on_tick=restarts.check, tick_s=0.25,
+            on_tick=on_tick, tick_s=0.25,
             on_log=lambda line: log.write("supervisor", message=line),
             # kill -9 of pyinit run must not leave torchrun behind (its workers follow it).
             parent_death_signal=signal.SIGKILL,
@@ -358,8 +370,10 @@ def run(
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     status = _exit_status(code, forwarded, _worker_status(status_dir))
+    if status != 0 and stalls.stalls and not forwarded:
+        status = EXIT_STALLED  # the workers were ended for a stall, and not restarted
     fields: dict[str, Any] = {"status": status, "torchrun_status": code,
-                              "survivors_killed": survivors}  # fmt: skip
+                              "survivors_killed": survivors, "stalls": stalls.stalls}  # fmt: skip
     if status != 0 and liveness is not None:
         lost = Liveness.unreachable(nodes.addresses, nodes.rank, liveness.port)
         fields["unreachable_nodes"] = [{"rank": r, "address": nodes.addresses[r]} for r in lost]

@@ -7,7 +7,9 @@
 - the worker's timeline in the run's event log (``PYINIT_RUN_DIR``), without the
   script's help: its start, ``import torch``, the device's initialisation, the
   process group's, the first optimizer step and the last (hooks on torch's own
-  functions, installed before the script runs).
+  functions, installed before the script runs);
+- its progress for the stall watch (``pyinit.run.progress``): a step count
+  and a heartbeat, and its stacks on request (faulthandler).
 
 ``pyinit run`` starts it two ways. By default torchrun forks each worker from
 its agent, which has imported torch already (``--start-method fork --run-path``
@@ -22,6 +24,7 @@ same marks are written, which is how the two launchers are compared.
 
 from __future__ import annotations
 
+import faulthandler
 import functools
 import os
 import runpy
@@ -34,6 +37,13 @@ from typing import Any
 from pyinit import _native
 from pyinit.jsonfile import write_json
 from pyinit.run.events import EventLog, boottime, process_start
+from pyinit.run.progress import (
+    STACK_SIGNAL,
+    ProgressWriter,
+    install,
+    progress_path,
+    stack_path,
+)
 
 
 def _record(status_dir: Path, code: int) -> None:
@@ -51,18 +61,41 @@ def _run_program(argv: list[str]) -> int:
     return 128 - code if code < 0 else code
 
 
-class Marks:
-    """The worker's phases, written to the run's event log as they end."""
+def attempt_store(dist: Any, args: tuple, kwargs: dict[str, Any]) -> None:
+    """After a restart, the process group's keys in a prefix of their own.
 
-    def __init__(self, log: EventLog):
+    torchrun's static rendezvous (the one pyinit run uses) keeps one store for
+    every attempt of the worker group, and the default process group writes
+    the same keys each time: a restarted rank can read a killed rank's gloo
+    address and fail with "Connection refused". Only for the env:// default
+    that torchrun sets up; a script that brings its own store keeps it."""
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    own_rendezvous = len(args) > 1 or kwargs.get("store") is not None or kwargs.get(
+        "init_method", "env://") != "env://"  # fmt: skip
+    if attempt == 0 or own_rendezvous or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                          is_master=False)  # fmt: skip
+    kwargs["store"] = dist.PrefixStore(f"pyinit/attempt_{attempt}", store)
+    kwargs.setdefault("rank", int(os.environ["RANK"]))
+    kwargs.setdefault("world_size", int(os.environ["WORLD_SIZE"]))
+
+
+class Marks:
+    """The worker's phases, written to the run's event log (when there is one)
+    as they end, and its progress, counted for the stall watch."""
+
+    def __init__(self, log: EventLog | None, progress: ProgressWriter | None = None):
         self.log = log
+        self.progress = progress
         self.ready = boottime()  # when the last phase ended: the next one's start
         self.steps = 0
         self.first_step = 0.0
         self.last_step = 0.0
 
     def phase(self, name: str, start: float, end: float, **fields: Any) -> None:
-        self.log.phase(name, start, end, **fields)
+        if self.log is not None:
+            self.log.phase(name, start, end, **fields)
         self.ready = end
 
     def instrument_torch(self) -> None:
@@ -101,6 +134,7 @@ class Marks:
         @functools.wraps(init_process_group)
         def timed_init_process_group(*args: Any, **kwargs: Any) -> Any:
             began = boottime()
+            attempt_store(dist, args, kwargs)
             result = init_process_group(*args, **kwargs)
             backend = str(dist.get_backend())
             self.phase("process group", began, boottime(), backend=backend,
@@ -110,6 +144,8 @@ class Marks:
         dist.init_process_group = timed_init_process_group
 
         def after_step(_optimizer: Any, _args: Any, _kwargs: Any) -> None:
+            if self.progress is not None:
+                self.progress.step()
             now = boottime()
             self.steps += 1
             self.last_step = now
@@ -120,8 +156,19 @@ class Marks:
         register_optimizer_step_post_hook(after_step)
 
     def finish(self) -> None:
-        if self.steps > 1:
+        if self.steps > 1 and self.log is not None:
             self.log.phase("steps", self.first_step, self.last_step, steps=self.steps)
+
+
+def watch_progress(status_dir: Path, rank: int) -> ProgressWriter:
+    """This rank's progress file and heartbeat for pyinit run's stall watch, and
+    its stacks written on STACK_SIGNAL (faulthandler: even from inside C code)."""
+    progress = ProgressWriter(progress_path(status_dir, rank))
+    install(progress)
+    progress.start_heartbeat()
+    stacks = open(stack_path(status_dir, rank), "w")  # noqa: SIM115 (faulthandler keeps it)
+    faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=True, chain=False)
+    return progress
 
 
 def main() -> None:
@@ -138,11 +185,12 @@ def main() -> None:
     (Path(status_dir) / f"attempt-{attempt}").touch()
     rank, node = int(os.environ.get("RANK", "0")), int(os.environ.get("GROUP_RANK", "0"))
     log = EventLog.for_run(rank=rank, node=node, attempt=attempt)
-    marks = Marks(log) if log is not None else None
-    if marks is not None:
+    marks = None
+    if kind != "program":
+        progress = watch_progress(Path(status_dir), rank)
+        marks = Marks(log, progress)
         marks.phase("worker start", process_start(), entered)
-        if kind != "program":
-            marks.instrument_torch()
+        marks.instrument_torch()
     try:
         if kind == "program":
             sys.exit(_run_program([name, *args]))

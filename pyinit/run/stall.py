@@ -1,0 +1,159 @@
+"""``pyinit run --stall-timeout SECONDS``: a rank whose process lives but whose
+steps stopped is a named failure within the timeout, not 10-30 minutes of
+every other rank waiting in NCCL's watchdog.
+
+The watch runs in the supervisor's loop (four times a second) over the
+workers' progress files (see ``pyinit.run.progress``). When a live rank has
+made no step for the timeout since its last one, it
+
+1. asks every local worker for its Python stacks (faulthandler, on
+   STACK_SIGNAL) and, with NCCL, PyTorch's flight recorder dump (through the
+   pipe files torch watches when ``TORCH_NCCL_DEBUG_INFO_PIPE_FILE`` is set,
+   which ``pyinit run`` does for a watched run), into ``RUN_DIR/stall-N/``;
+2. writes a ``stall`` event naming the stalled ranks, their node, the last
+   step each reached and where each one is: a rank inside a collective is
+   waiting for the others; one outside is the likely cause;
+3. KILLs the local workers, so torchrun restarts the group (within
+   ``--max-restarts``) or ends, and ``pyinit run`` exits with EXIT_STALLED (124).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from pyinit.run.events import EventLog, boottime, process_alive
+from pyinit.run.progress import STACK_SIGNAL, Progress, read_progress, stack_path
+
+STACK_WAIT_S = 2.0
+PIPE_PREFIX = "flight-recorder-pipe-rank_"
+_FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)')
+
+
+def flight_recorder_env(run_dir: Path, status_dir: Path) -> dict[str, str]:
+    """PyTorch's NCCL flight recorder on, dumped on request into RUN_DIR."""
+    (run_dir / "flight-recorder").mkdir(parents=True, exist_ok=True)
+    return {
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(run_dir / "flight-recorder" / "rank_"),
+        "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": str(status_dir / PIPE_PREFIX),
+    }
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a rank's main thread is, from its faulthandler dump."""
+
+    frame: str  # the innermost frame outside torch and pod-init: "train.py:12 in main"
+    collective: str | None  # the torch.distributed call it waits in, if any
+
+
+def locate(dump: str) -> Where | None:
+    """The main thread's place in a faulthandler dump: the thread whose stack
+    holds pyinit.run.worker (every worker's main thread runs through it)."""
+    for block in re.split(r"\n\s*\n", dump):
+        frames = [m.groupdict() for m in map(_FRAME.match, block.splitlines()) if m]
+        if not any(f["file"].endswith("pyinit/run/worker.py") for f in frames):
+            continue
+        ours = [f for f in frames if "/torch/" not in f["file"] and "/pyinit/" not in f["file"]
+                and not f["file"].startswith("<frozen")]  # fmt: skip
+        inner = ours[0] if ours else frames[0]
+        calls = [f["function"] for f in frames if f["file"].endswith("distributed_c10d.py")]
+        frame = f"{Path(inner['file']).name}:{inner['line']} in {inner['function']}"
+        return Where(frame, calls[0] if calls else None)
+    return None
+
+
+class StallWatch:
+    def __init__(self, status_dir: Path, run_dir: Path, timeout_s: float, node: int,
+                 log: EventLog, out: IO[str]):  # fmt: skip
+        self._status_dir = status_dir
+        self._run_dir = run_dir
+        self._timeout = timeout_s
+        self._node = node
+        self._log = log
+        self._out = out
+        self._ended: set[int] = set()  # pids already ended for a stall
+        self.stalls = 0
+
+    def check(self) -> None:
+        if self._timeout <= 0:
+            return
+        now = boottime()
+        live = [p for p in read_progress(self._status_dir)
+                if p.pid not in self._ended and process_alive(p.pid)]  # fmt: skip
+        stalled = [p for p in live if p.steps > 0 and now - p.last_step >= self._timeout]
+        if stalled:
+            self._end(live, stalled, now)
+
+    def _end(self, live: list[Progress], stalled: list[Progress], now: float) -> None:
+        self.stalls += 1
+        folder = self._run_dir / f"stall-{self.stalls}"
+        folder.mkdir(parents=True, exist_ok=True)
+        dumps = self._collect_stacks(live, folder)
+        self._request_flight_recorder()
+        where = {p.rank: locate(dumps.get(p.rank, "")) for p in stalled}
+        causes = [p.rank for p in stalled if where[p.rank] is None or not where[p.rank].collective]
+        waiting = [p.rank for p in stalled if p.rank not in causes]
+        ranks = [
+            {"rank": p.rank, "node": self._node, "pid": p.pid, "last_step": p.steps,
+             "seconds_since_step": round(now - p.last_step, 3),
+             "where": where[p.rank].frame if where[p.rank] else None,
+             "collective": where[p.rank].collective if where[p.rank] else None}
+            for p in stalled
+        ]  # fmt: skip
+        self._log.write("stall", timeout_s=self._timeout, ranks=ranks, causes=causes,
+                        waiting=waiting, folder=str(folder))  # fmt: skip
+        for p in stalled:
+            place = where[p.rank]
+            doing = (f"waiting in {place.collective} at {place.frame}" if place and place.collective
+                     else f"at {place.frame}" if place else "stack unavailable")  # fmt: skip
+            idle = now - p.last_step
+            print(f"pyinit run: stall: rank {p.rank} (node {self._node}) made no step for "
+                  f"{idle:.1f} s after step {p.steps}, {doing}", file=self._out)  # fmt: skip
+        print(f"pyinit run: stall: stacks in {folder}; ending the worker group", file=self._out)
+        for p in live:
+            self._ended.add(p.pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGKILL)
+
+    def _collect_stacks(self, live: list[Progress], folder: Path) -> dict[int, str]:
+        """Each live rank's new faulthandler output, copied into `folder`."""
+        sizes = {}
+        for p in live:
+            path = stack_path(self._status_dir, p.rank)
+            sizes[p.rank] = path.stat().st_size if path.exists() else 0
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, STACK_SIGNAL)
+        deadline = time.monotonic() + STACK_WAIT_S
+        dumps: dict[int, str] = {}
+        while time.monotonic() < deadline and len(dumps) < len(live):
+            time.sleep(0.05)
+            for p in live:
+                path = stack_path(self._status_dir, p.rank)
+                if p.rank not in dumps and path.exists() and path.stat().st_size > sizes[p.rank]:
+                    time.sleep(0.05)  # let faulthandler finish writing
+                    with path.open(errors="replace") as f:
+                        f.seek(sizes[p.rank])
+                        dumps[p.rank] = f.read()
+        for rank, text in dumps.items():
+            (folder / f"stack-rank{rank}.txt").write_text(text)
+        return dumps
+
+    def _request_flight_recorder(self) -> None:
+        """A byte into each rank's pipe: torch dumps its NCCL trace (NCCL only)."""
+        for pipe in self._status_dir.glob(f"{PIPE_PREFIX}*.pipe"):
+            try:
+                fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # no reader: that rank's group is gone or not NCCL
+                continue
+            try:
+                os.write(fd, b"1")
+            finally:
+                os.close(fd)

@@ -1,0 +1,125 @@
+"""`pyinit run --stall-timeout`: a rank that stops stepping while its process
+lives is named within the timeout, with every rank's stack, and the worker
+group ends (or restarts); two gloo ranks on CPU, rank 1 stopping at step 5."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pyinit.errors import EXIT_STALLED
+from pyinit.run.events import process_alive
+from pyinit.run.stall import locate
+
+JOB = textwrap.dedent("""
+    import os, sys, time
+    import torch
+    import torch.distributed as dist
+    import pyinit.worker
+
+    how = sys.argv[1]
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    weight = torch.zeros(4)
+    first_attempt = os.environ["TORCHELASTIC_RESTART_COUNT"] == "0"
+    for step in range(1, 31):
+        if rank == 1 and step == 6 and first_attempt:
+            if how == "sleep":
+                time.sleep(3600)  # the stall: asleep in the loop
+            while True:  # the stall: busy, never reaching the all-reduce rank 0 waits in
+                pass
+        grad = torch.ones(4)
+        dist.all_reduce(grad)
+        weight -= 0.1 * grad  # no torch optimizer here: the script marks its steps
+        pyinit.worker.step()
+        time.sleep(0.05)
+    print(f"rank {rank} done after {step} steps", flush=True)
+""")
+SLEEP_LINE = next(i for i, line in enumerate(JOB.splitlines(), 1) if "time.sleep(3600)" in line)
+
+
+def run_job(pyinit_bin, tmp_path, how, *options):
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    return subprocess.run(
+        [pyinit_bin, "run", "--nproc-per-node", "2", "--monitor-interval", "0", "--run-dir",
+         tmp_path / "run", *options, "--", script, how],
+        capture_output=True, text=True, timeout=240, cwd=tmp_path,
+    )  # fmt: skip
+
+
+def events(tmp_path):
+    lines = (tmp_path / "run" / "events.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+@pytest.mark.slow
+def test_a_sleeping_rank_is_named_with_its_stack_and_the_run_ends(pyinit_bin, tmp_path):
+    done = run_job(pyinit_bin, tmp_path, "sleep", "--stall-timeout", "10")
+    assert done.returncode == EXIT_STALLED, done.stderr[-3000:]
+    log = events(tmp_path)
+    stall = next(e for e in log if e["event"] == "stall")
+    end = next(e for e in log if e["event"] == "end")
+    ranks = {r["rank"]: r for r in stall["ranks"]}
+    # Rank 1 stopped outside any collective: the cause; rank 0 waits for it in all_reduce.
+    assert stall["causes"] == [1] and stall["waiting"] == [0]
+    assert (
+        ranks[1]["collective"] is None and ranks[1]["where"] == f"job.py:{SLEEP_LINE} in <module>"
+    )
+    assert ranks[0]["collective"] == "all_reduce"
+    assert ranks[0]["last_step"] == ranks[1]["last_step"] == 5
+    # Found within the timeout and a tick, ended within seconds of that.
+    assert 10 <= ranks[1]["seconds_since_step"] < 11
+    assert end["boottime"] - stall["boottime"] < 10 and end["status"] == EXIT_STALLED
+    stack = (Path(stall["folder"]) / "stack-rank1.txt").read_text()
+    assert f'job.py", line {SLEEP_LINE} in <module>' in stack
+    assert "all_reduce" in (Path(stall["folder"]) / "stack-rank0.txt").read_text()
+    assert "rank 1 (node 0) made no step for" in done.stderr and "after step 5" in done.stderr
+    assert not any(process_alive(r["pid"]) for r in stall["ranks"])  # no process left
+
+
+@pytest.mark.slow
+def test_a_stalled_group_is_restarted_within_max_restarts(pyinit_bin, tmp_path):
+    done = run_job(pyinit_bin, tmp_path, "spin", "--stall-timeout", "5", "--max-restarts", "1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    log = events(tmp_path)
+    kinds = [e["event"] for e in log]
+    assert kinds.count("stall") == 1 and kinds.count("restart") == 1
+    assert kinds.index("stall") < kinds.index("restart")
+    assert (
+        "rank 0 done after 30 steps" in done.stdout and "rank 1 done after 30 steps" in done.stdout
+    )
+    stall = next(e for e in log if e["event"] == "stall")
+    assert stall["causes"] == [1]
+    assert next(e for e in log if e["event"] == "end")["stalls"] == 1
+
+
+def test_where_a_rank_is_comes_from_its_main_thread():
+    dump = textwrap.dedent("""\
+        Thread 0x00007f (most recent call first):
+          File "/usr/lib/python3.11/threading.py", line 331 in wait
+          File "/x/site-packages/pyinit/run/progress.py", line 86 in beat_forever
+
+        Current thread 0x00007e (most recent call first):
+          File "/x/site-packages/torch/distributed/c10d_logger.py", line 81 in wrapper
+          File "/x/site-packages/torch/distributed/distributed_c10d.py", line 2806 in all_reduce
+          File "/job/train.py", line 42 in step
+          File "/job/train.py", line 60 in <module>
+          File "<frozen runpy>", line 88 in _run_code
+          File "/x/site-packages/pyinit/run/worker.py", line 182 in main
+    """)
+    where = locate(dump)
+    assert where.frame == "train.py:42 in step" and where.collective == "all_reduce"
+    assert locate("no dump at all") is None
+
+
+def test_the_timeout_is_checked_before_anything_starts(pyinit_bin, tmp_path):
+    bad = subprocess.run([pyinit_bin, "run", "--stall-timeout", "-3", "--", sys.executable],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert bad.returncode == 2 and "--stall-timeout" in bad.stderr
+    assert "Traceback" not in bad.stderr
