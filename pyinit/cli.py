@@ -192,6 +192,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     )
 
 
+def _cmd_check(args: argparse.Namespace) -> int:
+    from pyinit import check
+
+    return check.main(args.options, nvml_backend)
+
+
 def _cmd_timeline(args: argparse.Namespace) -> int:
     from pyinit.run import timeline
 
@@ -353,6 +359,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- SCRIPT [ARGS...]")
     run.set_defaults(handler=_cmd_run)
 
+    check = sub.add_parser(
+        "check", add_help=False, help="node health for schedulers, Nagios exit codes, a deadline"
+    )
+    check.set_defaults(handler=_cmd_check, takes_options=True)
     timeline = sub.add_parser(
         "timeline", add_help=False, help="where the seconds went before the first step"
     )

@@ -31,6 +31,7 @@ from typing import IO, Any
 
 from pyinit.errors import InputError
 from pyinit.jsonfile import load_json
+from pyinit.xid import ACTIONS, CATALOG, classify
 
 SECTOR_BYTES = 512
 
@@ -174,6 +175,9 @@ class AlertEngine:
         self.thresholds = thresholds
         self.instance = instance
         self._alerts: dict[tuple[str, str], Alert] = {}
+        # (GPU labels, xid) of every Xid whose action is more than restarting the
+        # application: such a GPU needs an operator, so the alert stays on.
+        self._xids_needing_action: dict[tuple[str, int], dict[str, str]] = {}
 
     def _conditions(
         self, sample: dict[str, Any]
@@ -188,6 +192,9 @@ class AlertEngine:
                 "UUID": gpu.get("uuid", ""),
                 "pci_bus_id": gpu["pci_bus_id"],
             }
+            for xid in gpu.get("xid", []):
+                if classify(xid) != "restart_app":
+                    self._xids_needing_action[(labels["pci_bus_id"], xid)] = labels
             util = gpu["utilization_percent"]
             if t.gpu_util_low or t.gpu_util_high:
                 outside = util < t.gpu_util_low or util > t.gpu_util_high
@@ -200,6 +207,12 @@ class AlertEngine:
                 found.append(("GpuPcieBandwidthLow", labels, low, t.pcie_for_s,
                               f"GPU {gpu['gpu']} PCIe {gbs:.2f} GB/s below {t.pcie_floor_gbs} "
                               "while busy"))  # fmt: skip
+        for (_, xid), labels in sorted(self._xids_needing_action.items()):
+            action = classify(xid)
+            meaning = CATALOG.get(xid, ("unknown Xid",))[0]
+            found.append(("GpuXidNeedsAction", {**labels, "xid": str(xid), "action": action},
+                          True, 0.0, f"GPU {labels['gpu']} Xid {xid} ({meaning}): "
+                          f"{ACTIONS[action]}"))  # fmt: skip
         for block in sample.get("block", []):
             latency = block["read_latency_us"]
             if t.nvme_read_latency_us and latency is not None:
@@ -325,7 +338,8 @@ class Metrics:
                      for key, name, text, _ in GPU_METRICS}  # fmt: skip
         self._block = {key: Gauge(name, text, ("device", "Hostname"), registry=self.registry)
                        for key, name, text, _ in BLOCK_METRICS}  # fmt: skip
-        self._xid = Counter("podinit_gpu_xid_errors", "XID events seen", (*gpu_labels, "xid"),
+        # Exported as podinit_gpu_xid_total; `action` is the Xid catalog's (pyinit.xid).
+        self._xid = Counter("podinit_gpu_xid", "XID events seen", (*gpu_labels, "xid", "action"),
                             registry=self.registry)  # fmt: skip
         self._firing = Gauge("podinit_alert_firing", "1 while the alert fires",
                              ("alertname", "labels"), registry=self.registry)  # fmt: skip
@@ -342,7 +356,7 @@ class Metrics:
                     if gpu.get(key) is not None:
                         self._gpu[key].labels(*labels).set(gpu[key] * scale)
                 for xid in gpu.get("xid", []):
-                    self._xid.labels(*labels, str(xid)).inc()
+                    self._xid.labels(*labels, str(xid), classify(xid)).inc()
             for block in sample.get("block", []):
                 for key, _, _, scale in BLOCK_METRICS:
                     if block.get(key) is not None:

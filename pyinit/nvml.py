@@ -11,6 +11,7 @@ carry on from sysfs alone.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -316,6 +317,9 @@ class FakeNvml:
             backend.close()
 
     def open(self) -> None:
+        # A recording may say its driver answered late (`delay_s`): how a test
+        # stands in for an NVML call that hangs on a faulty GPU.
+        time.sleep(float(self._spec.get("delay_s", 0)))
         if not self._spec.get("gpus"):
             raise NvmlUnavailable("no GPU in the recorded NVML data")
 

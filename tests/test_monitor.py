@@ -82,10 +82,19 @@ def test_webhook_fires_once_and_resolves_without_leaking_the_token(tmp_path, mon
     assert status == 0
     err = capsys.readouterr().err
     assert "SECRET" not in err and "token=REDACTED" in err
-    statuses = [(p["status"], p["alerts"][0]["labels"]["gpu"]) for p, _ in RECEIVED]
+    band = [(p, h) for p, h in RECEIVED
+            if p["alerts"][0]["labels"]["alertname"] == "GpuUtilizationOutsideBand"]  # fmt: skip
+    statuses = [(p["status"], p["alerts"][0]["labels"]["gpu"]) for p, _ in band]
     assert sorted(statuses) == [("firing", "0"), ("firing", "1"), ("resolved", "0"),
                                 ("resolved", "1")]  # fmt: skip
-    payload, headers = RECEIVED[0]
+    # Xid 79 on GPU 1 needs more than a job restart: it fires at once and stays.
+    xids = [p for p, _ in RECEIVED if p["alerts"][0]["labels"]["alertname"] == "GpuXidNeedsAction"]
+    assert [(p["status"], p["alerts"][0]["labels"]["gpu"], p["alerts"][0]["labels"]["xid"],
+             p["alerts"][0]["labels"]["action"]) for p in xids] == [
+        ("firing", "1", "79", "reboot_node")
+    ]  # fmt: skip
+    assert "fallen off the bus" in xids[0]["alerts"][0]["annotations"]["summary"]
+    payload, headers = band[0]
     alert = payload["alerts"][0]
     assert alert["labels"]["alertname"] == "GpuUtilizationOutsideBand"
     bus_ids = {"0": "0000:00:06.0", "1": "0000:00:07.0"}
@@ -135,7 +144,7 @@ def test_prometheus_endpoint_and_textfile_parse(tmp_path):
     parsed = {
         f.name for f in text_string_to_metric_families((tmp_path / "podinit.prom").read_text())
     }
-    assert "podinit_gpu_utilization_ratio" in parsed and "podinit_gpu_xid_errors" in parsed
+    assert "podinit_gpu_utilization_ratio" in parsed and "podinit_gpu_xid" in parsed
 
 
 def test_once_json_without_nvml_reports_block_devices(pyinit_bin, tmp_path):

@@ -1,0 +1,221 @@
+"""``pyinit check``: the node's health for schedulers (SLURM's
+HealthCheckProgram, a prolog or epilog, a Kubernetes probe), in a bounded time.
+
+    pyinit check [--deadline 5] [--expect-gpus N] [--json] [--sysfs-root DIR]
+                 [--kmsg /dev/kmsg] [--nvml-replay FILE]
+
+Probes, each in a thread of its own under one deadline: ``topology`` (the C++
+scan's findings: link width and generation, ACS, BAR1, the GPU count),
+``nvml`` (GPU health as `pyinit run`'s preflight reads it: ECC, row remaps,
+PCIe, BAR1), ``nvme`` (each NVMe namespace's read-only flag and controller
+state from sysfs), ``xid`` (the kernel log's Xids, classified). A probe that
+has not answered at the deadline is UNKNOWN, named, and never waited for: the
+check returns and the process exits even with that thread still blocked
+(a FIFO where a sysfs file should be, a driver call that hangs).
+
+Nagios' exit codes: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (also for bad
+usage, as Nagios plugins do); the first line is the summary SLURM shows as a
+drain reason, then one line per problem; ``--json`` for machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from pyinit import argtypes
+
+OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
+STATE_NAMES = ("OK", "WARNING", "CRITICAL", "UNKNOWN")
+SEVERITY_STATE = {"error": CRITICAL, "warning": WARNING}
+
+
+@dataclass(frozen=True)
+class Problem:
+    state: int
+    probe: str
+    code: str
+    device: str
+    message: str
+
+    def line(self) -> str:
+        where = f" {self.device}" if self.device else ""
+        return f"{STATE_NAMES[self.state]} {self.probe} {self.code}{where}: {self.message}"
+
+
+def probe_topology(args: argparse.Namespace) -> list[Problem]:
+    from pyinit.topology import scan
+
+    topo = scan(args.sysfs_root, expect_gpus=args.expect_gpus, probe_bar0=False)
+    return [Problem(SEVERITY_STATE[f.severity], "topology", f.code, f.device, f.message)
+            for f in topo.findings if f.severity in SEVERITY_STATE]  # fmt: skip
+
+
+def probe_nvml(args: argparse.Namespace) -> list[Problem]:
+    from pyinit.nvml import NvmlUnavailable, read_nvml
+    from pyinit.run.preflight import gpu_health
+
+    try:
+        view = read_nvml(args.nvml_backend)
+    except NvmlUnavailable as e:
+        gpus = Path(args.sysfs_root, "bus/pci/drivers/nvidia")
+        state = WARNING if gpus.exists() else OK
+        return [Problem(state, "nvml", "NVML_UNAVAILABLE", "", str(e))] if state else []
+    problems = [Problem(SEVERITY_STATE[f.severity], "nvml", f.code, f.device, f.message)
+                for f in gpu_health(view) if f.severity in SEVERITY_STATE]  # fmt: skip
+    if args.expect_gpus is not None and len(view.gpus) != args.expect_gpus:
+        seen = f"NVML sees {len(view.gpus)} GPUs, expected {args.expect_gpus}"
+        problems.append(Problem(CRITICAL, "nvml", "GPU_COUNT", "", seen))
+    return problems
+
+
+def probe_nvme(args: argparse.Namespace) -> list[Problem]:
+    """Each NVMe namespace: read-only (the controller's own protection after
+    media errors, or a forced ro) and its controller's state."""
+    problems = []
+    for block in sorted(Path(args.sysfs_root, "class/block").glob("nvme*n*")):
+        if "p" in block.name.split("n", 1)[1]:
+            continue  # a partition: its namespace speaks for it
+        if (block / "ro").read_text().strip() == "1":
+            problems.append(Problem(CRITICAL, "nvme", "NVME_READ_ONLY", block.name,
+                                    "the namespace is read-only"))  # fmt: skip
+        state_file = block / "device" / "state"
+        if state_file.exists():
+            state = state_file.read_text().strip()
+            if state != "live":
+                problems.append(Problem(CRITICAL, "nvme", "NVME_CONTROLLER_STATE", block.name,
+                                        f"controller state {state!r}, not 'live'"))  # fmt: skip
+    return problems
+
+
+def probe_xid(args: argparse.Namespace) -> list[Problem]:
+    from pyinit.xid import ACTIONS, read_kernel_log
+
+    try:
+        events = read_kernel_log(args.kmsg)
+    except PermissionError as e:
+        return [Problem(UNKNOWN, "xid", "KMSG_UNREADABLE", args.kmsg, e.strerror or str(e))]
+    except FileNotFoundError:
+        return []  # no kernel log here (a container without /dev/kmsg)
+    problems = []
+    for event in events:
+        # The application's own faults warn; anything a job restart does not fix is critical.
+        state = WARNING if event.action == "restart_app" else CRITICAL
+        problems.append(Problem(state, "xid", f"XID_{event.xid}", event.device,
+                                f"{event.description}: {ACTIONS[event.action]}"))  # fmt: skip
+    return problems
+
+
+PROBES: dict[str, Callable[[argparse.Namespace], list[Problem]]] = {
+    "topology": probe_topology,
+    "nvml": probe_nvml,
+    "nvme": probe_nvme,
+    "xid": probe_xid,
+}
+
+
+def run_probes(args: argparse.Namespace) -> tuple[list[Problem], dict[str, float], bool]:
+    """Every probe under the deadline: (problems, seconds per probe that
+    answered, whether one is still running)."""
+    results: dict[str, list[Problem]] = {}
+    seconds: dict[str, float] = {}
+    lock = threading.Lock()
+
+    def run(name: str, probe: Callable[[argparse.Namespace], list[Problem]]) -> None:
+        began = time.monotonic()
+        try:
+            found = probe(args)
+        except Exception as e:  # a probe that fails says so; the others still count
+            found = [Problem(UNKNOWN, name, "PROBE_FAILED", "", f"{type(e).__name__}: {e}")]
+        with lock:
+            results[name] = found
+            seconds[name] = round(time.monotonic() - began, 4)
+
+    deadline = time.monotonic() + args.deadline
+    threads = [threading.Thread(target=run, args=item, name=f"probe-{item[0]}", daemon=True)
+               for item in PROBES.items()]  # fmt: skip
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    problems = []
+    with lock:
+        for name in PROBES:
+            if name in results:
+                problems += results[name]
+            else:
+                late = f"no answer within the {args.deadline:g} s deadline"
+                problems.append(Problem(UNKNOWN, name, "PROBE_TIMEOUT", "", late))
+        hung = len(results) < len(PROBES)
+        return problems, dict(seconds), hung
+
+
+def summary(problems: list[Problem], elapsed: float) -> tuple[int, str]:
+    state = max((p.state for p in problems), default=OK)
+    counts = {name: sum(p.state == i for p in problems) for i, name in enumerate(STATE_NAMES)}
+    first = next((p for p in sorted(problems, key=lambda p: -p.state)), None)
+    text = f"POD-INIT CHECK {STATE_NAMES[state]}"
+    if problems:
+        named = ("CRITICAL", "WARNING", "UNKNOWN")
+        parts = [f"{counts[n]} {n.lower()}" for n in named if counts[n]]
+        text += f" - {', '.join(parts)}; first: {first.line()}"
+    return state, f"{text} | seconds={elapsed:.3f}"
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad usage is UNKNOWN (3), as Nagios plugins report it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(UNKNOWN, f"{self.prog}: {message}\n")
+
+
+def main(argv: list[str] | None, nvml_backend: Any = None) -> int:
+    parser = _Parser(prog="pyinit check", description=__doc__.split("\n\n")[0],
+                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
+    parser.add_argument("--deadline", type=argtypes.seconds(0.1, 600), default=5.0,
+                        help="seconds for every probe together")  # fmt: skip
+    parser.add_argument("--expect-gpus", type=argtypes.whole(0, 4096), metavar="N")
+    parser.add_argument("--json", action="store_true", help="the result as one JSON object")
+    parser.add_argument("--sysfs-root", default="/sys", metavar="DIR")
+    parser.add_argument("--kmsg", default="/dev/kmsg", metavar="PATH",
+                        help="the kernel log (or a saved dmesg text)")  # fmt: skip
+    parser.add_argument("--nvml-replay", metavar="FILE",
+                        help="NVML answers recorded by `pyinit nvml --record`")  # fmt: skip
+    args = parser.parse_args(argv)
+    args.nvml_backend = nvml_backend
+    if args.nvml_replay:
+        from pyinit.jsonfile import load_json
+        from pyinit.nvml import FakeNvml
+
+        try:
+            with open(args.nvml_replay, encoding="utf-8") as f:
+                args.nvml_backend = FakeNvml(load_json(f.read(), args.nvml_replay))
+        except (OSError, ValueError) as e:
+            parser.exit(UNKNOWN, f"pyinit check: {args.nvml_replay}: {e}\n")
+    began = time.monotonic()
+    problems, seconds, hung = run_probes(args)
+    state, first_line = summary(problems, time.monotonic() - began)
+    if args.json:
+        document = {"state": STATE_NAMES[state], "exit": state, "summary": first_line,
+                    "probe_seconds": seconds,
+                    "problems": [asdict(p) for p in problems]}  # fmt: skip
+        for problem in document["problems"]:
+            problem["state"] = STATE_NAMES[problem["state"]]
+        sys.stdout.write(json.dumps(document, indent=1) + "\n")
+    else:
+        sys.stdout.write(first_line + "\n")
+        for problem in sorted(problems, key=lambda p: -p.state):
+            sys.stdout.write(problem.line() + "\n")
+    if hung:
+        # A probe still blocked (in a read, in the driver) must not hold the exit.
+        sys.stdout.flush()
+        os._exit(state)
+    return state

@@ -1,0 +1,112 @@
+"""`pyinit check`: Nagios' exit codes on the bundled fixtures, a deadline no
+probe can overstay (a FIFO where a sysfs file should be, an NVML that never
+answers), and the kernel log's Xids classified by NVIDIA's catalog."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import sysfs_fixtures
+
+from pyinit.xid import CATALOG, classify, parse_kernel_line
+
+ROOT = Path(__file__).resolve().parent.parent
+REPLAY = ROOT / "tests" / "data" / "h200x2-nvml.json"
+
+# Kernel log lines as the driver writes them (dmesg's text), one per Xid, then a
+# number outside the catalog and a line that is not an Xid.
+KERNEL_LOG = (ROOT / "tests" / "data" / "kernel-xids.log").read_text()
+EXPECTED = {13: "restart_app", 31: "restart_app", 43: "restart_app", 45: "restart_app",
+            48: "reset_gpu", 63: "reset_gpu", 64: "check_hardware", 74: "reset_gpu",
+            79: "reboot_node", 92: "check_hardware", 94: "restart_app", 95: "reset_gpu",
+            119: "reset_gpu", 999: "unknown"}  # fmt: skip
+
+
+def check(pyinit_bin, *args, timeout=60):
+    began = time.monotonic()
+    done = subprocess.run([pyinit_bin, "check", *args], capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
+    return done, time.monotonic() - began
+
+
+def test_xids_classify_as_the_catalog_says_and_unknown_ones_stay():
+    events = [e for e in map(parse_kernel_line, KERNEL_LOG.splitlines()) if e is not None]
+    assert {e.xid: e.action for e in events} == EXPECTED  # the nvme line is not an Xid
+    assert len({e.xid for e in events if e.action != "unknown"}) >= 10
+    fallen = next(e for e in events if e.xid == 79)
+    assert fallen.device == "0000:9a:00" and fallen.text.endswith("GPU has fallen off the bus.")
+    assert classify(999) == "unknown" and all(classify(x) == a for x, (_, a) in CATALOG.items())
+
+
+def test_healthy_fixture_is_ok(pyinit_bin, h200x2_tree, tmp_path):
+    (tmp_path / "dmesg.txt").write_text("[ 1.0] nothing to see\n")
+    done, _ = check(pyinit_bin, "--sysfs-root", h200x2_tree, "--nvml-replay", REPLAY,
+                    "--expect-gpus", "2", "--kmsg", tmp_path / "dmesg.txt")  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("POD-INIT CHECK OK |") and len(done.stdout.splitlines()) == 1
+
+
+def test_damaged_fixture_is_critical_with_the_reason_first(pyinit_bin, eightgpu_tree, tmp_path):
+    (tmp_path / "dmesg.txt").write_text("")
+    done, _ = check(pyinit_bin, "--sysfs-root", eightgpu_tree, "--kmsg", tmp_path / "dmesg.txt",
+                    "--json")  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    document = json.loads(done.stdout)
+    assert document["state"] == "CRITICAL"
+    assert document["summary"].startswith("POD-INIT CHECK CRITICAL - 4 critical")
+    assert "LINK_WIDTH_DEGRADED 0000:83:00.0" in document["summary"]
+    codes = {(p["probe"], p["code"], p["device"]) for p in document["problems"]}
+    assert ("topology", "LINK_WIDTH_DEGRADED", "0000:83:00.0") in codes
+
+
+def test_xids_in_the_kernel_log_are_shown_with_their_action(pyinit_bin, h200x2_tree, tmp_path):
+    (tmp_path / "dmesg.txt").write_text(KERNEL_LOG)
+    done, _ = check(pyinit_bin, "--sysfs-root", h200x2_tree, "--nvml-replay", REPLAY,
+                    "--kmsg", tmp_path / "dmesg.txt")  # fmt: skip
+    assert done.returncode == 2, done.stdout
+    lines = done.stdout.splitlines()
+    assert "CRITICAL xid XID_79 0000:9a:00: GPU has fallen off the bus: reboot the node" in lines
+    assert "WARNING xid XID_13 0000:3b:00: graphics engine exception" in done.stdout
+    assert any(line.startswith("CRITICAL xid XID_999 0000:cb:00: unknown Xid") for line in lines)
+
+
+def test_a_probe_that_never_answers_is_unknown_within_the_deadline(pyinit_bin, tmp_path):
+    tree = sysfs_fixtures.build_h200x2(tmp_path / "sys").root
+    block = tree / "class" / "block" / "nvme0n1"
+    block.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(block / "ro")  # a read that blocks: no writer, ever
+    slow = json.loads(REPLAY.read_text())
+    slow["delay_s"] = 3600  # an NVML that never answers
+    (tmp_path / "slow.json").write_text(json.dumps(slow))
+    done, seconds = check(pyinit_bin, "--sysfs-root", tree, "--nvml-replay", tmp_path / "slow.json",
+                          "--kmsg", "/dev/null", "--deadline", "1")  # fmt: skip
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert seconds < 4  # the deadline, and interpreter start-up; never the hung reads
+    lines = done.stdout.splitlines()
+    assert "UNKNOWN nvme PROBE_TIMEOUT: no answer within the 1 s deadline" in lines
+    assert "UNKNOWN nvml PROBE_TIMEOUT: no answer within the 1 s deadline" in lines
+    assert lines[0].startswith("POD-INIT CHECK UNKNOWN - 2 unknown")
+
+
+@pytest.mark.parametrize("args", [["--deadline", "0"], ["--colour"], ["--expect-gpus", "x"]])
+def test_bad_usage_is_unknown(pyinit_bin, args):
+    done, _ = check(pyinit_bin, *args)
+    assert done.returncode == 3 and "pyinit check:" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_the_kernel_log_is_read_without_blocking():
+    """/dev/kmsg blocks a plain read at the end of its records; the reader
+    stops there instead. Needs root (kernel.dmesg_restrict)."""
+    from pyinit.xid import read_kernel_log
+
+    if os.geteuid() != 0 or not Path("/dev/kmsg").exists():
+        pytest.skip("reading /dev/kmsg needs root and the device")
+    began = time.monotonic()
+    events = read_kernel_log("/dev/kmsg")
+    assert time.monotonic() - began < 5 and all(e.source == "kmsg" for e in events)
