@@ -5,6 +5,7 @@ group ends (or restarts); two gloo ranks on CPU, rank 1 stopping at step 5."""
 from __future__ import annotations
 
 import json
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -14,7 +15,7 @@ import pytest
 
 from pyinit.errors import EXIT_STALLED
 from pyinit.run.events import process_alive
-from pyinit.run.stall import locate
+from pyinit.run.stall import locate, read_flight_recorder
 
 JOB = textwrap.dedent("""
     import os, sys, time
@@ -123,3 +124,16 @@ def test_the_timeout_is_checked_before_anything_starts(pyinit_bin, tmp_path):
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert bad.returncode == 2 and "--stall-timeout" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_the_flight_recorder_says_who_is_behind(tmp_path):
+    """Dumps recorded on the lent 2xH200 with NCCL, rank 1 asleep at step 6:
+    rank 0 has two all-reduces scheduled that rank 1 never reached."""
+    dumps = sorted((Path(__file__).parent / "data" / "flight-recorder").glob("rank_*"))
+    traced = read_flight_recorder(dumps)
+    assert traced[1].last_seq == 10 and traced[1].pending is None
+    assert traced[0].last_seq == 12 and traced[0].pending == "nccl:all_reduce #11"
+    # Only plain data is read from a dump: a pickle naming a class is refused.
+    hostile = tmp_path / "rank_2"
+    hostile.write_bytes(pickle.dumps({"entries": [Path("/")]}))
+    assert read_flight_recorder([hostile]) == {}

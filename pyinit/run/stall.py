@@ -12,7 +12,9 @@ made no step for the timeout since its last one, it
    which ``pyinit run`` does for a watched run), into ``RUN_DIR/stall-N/``;
 2. writes a ``stall`` event naming the stalled ranks, their node, the last
    step each reached and where each one is: a rank inside a collective is
-   waiting for the others; one outside is the likely cause;
+   waiting for the others; one outside is the likely cause (with NCCL, whose
+   calls return before the work is done, the flight recorder says instead:
+   the ranks whose last collective is the lowest are the cause);
 3. KILLs the local workers, so torchrun restarts the group (within
    ``--max-restarts``) or ends, and ``pyinit run`` exits with EXIT_STALLED (124).
 """
@@ -21,17 +23,19 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import re
 import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, NoReturn
 
 from pyinit.run.events import EventLog, boottime, process_alive
 from pyinit.run.progress import STACK_SIGNAL, Progress, read_progress, stack_path
 
 STACK_WAIT_S = 2.0
+FLIGHT_RECORDER_WAIT_S = 10.0
 PIPE_PREFIX = "flight-recorder-pipe-rank_"
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)')
 
@@ -52,6 +56,42 @@ class Where:
 
     frame: str  # the innermost frame outside torch and pod-init: "train.py:12 in main"
     collective: str | None  # the torch.distributed call it waits in, if any
+
+
+@dataclass(frozen=True)
+class Traced:
+    """A rank's NCCL flight recorder, as far as a stall needs it."""
+
+    last_seq: int  # the highest collective sequence number it reached
+    pending: str | None  # the first collective not completed ("nccl:all_reduce #11")
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """torch's dump holds dicts, lists and scalars only: refuse anything else."""
+
+    def find_class(self, module: str, name: str) -> NoReturn:
+        raise pickle.UnpicklingError(f"{module}.{name} is not plain data")
+
+
+def read_flight_recorder(paths: list[Path]) -> dict[int, Traced]:
+    """Each dump (RUN_DIR/flight-recorder/rank_N) that reads as torch writes it."""
+    traced = {}
+    for path in paths:
+        try:
+            with path.open("rb") as f:
+                entries = _PlainUnpickler(f).load()["entries"]
+            rank = int(path.name.removeprefix("rank_"))
+        except (OSError, ValueError, KeyError, TypeError, pickle.UnpicklingError, EOFError):
+            continue
+        seqs = [e["collective_seq_id"] for e in entries]
+        pending = [e for e in entries if e.get("state") != "completed"]
+        first = (
+            f"{pending[0]['profiling_name']} #{pending[0]['collective_seq_id']}"
+            if pending
+            else None
+        )
+        traced[rank] = Traced(max(seqs, default=0), first)
+    return traced
 
 
 def locate(dump: str) -> Where | None:
@@ -96,10 +136,23 @@ class StallWatch:
         self.stalls += 1
         folder = self._run_dir / f"stall-{self.stalls}"
         folder.mkdir(parents=True, exist_ok=True)
+        # The flight recorder first: torch's watchdog reads its pipes on its own
+        # schedule, so its dump is written while the stacks are collected.
+        requested = self._request_flight_recorder()
         dumps = self._collect_stacks(live, folder)
-        self._request_flight_recorder()
+        recorded = self._wait_for_flight_recorder(requested)
         where = {p.rank: locate(dumps.get(p.rank, "")) for p in stalled}
         causes = [p.rank for p in stalled if where[p.rank] is None or not where[p.rank].collective]
+        traced = read_flight_recorder(recorded)
+        if traced and {p.rank for p in stalled} <= set(traced):
+            # NCCL's calls return before the work is done, so the Python stack of a
+            # rank that waits shows a synchronize, not the collective: the recorder
+            # knows which collective each rank reached.
+            behind = min(t.last_seq for t in traced.values())
+            causes = [p.rank for p in stalled if traced[p.rank].last_seq == behind]
+            for p in stalled:
+                if p.rank not in causes and where[p.rank] is not None:
+                    where[p.rank] = Where(where[p.rank].frame, traced[p.rank].pending)
         waiting = [p.rank for p in stalled if p.rank not in causes]
         ranks = [
             {"rank": p.rank, "node": self._node, "pid": p.pid, "last_step": p.steps,
@@ -109,7 +162,8 @@ class StallWatch:
             for p in stalled
         ]  # fmt: skip
         self._log.write("stall", timeout_s=self._timeout, ranks=ranks, causes=causes,
-                        waiting=waiting, folder=str(folder))  # fmt: skip
+                        waiting=waiting, folder=str(folder),
+                        flight_recorder=[str(p) for p in recorded])  # fmt: skip
         for p in stalled:
             place = where[p.rank]
             doing = (f"waiting in {place.collective} at {place.frame}" if place and place.collective
@@ -146,8 +200,10 @@ class StallWatch:
             (folder / f"stack-rank{rank}.txt").write_text(text)
         return dumps
 
-    def _request_flight_recorder(self) -> None:
-        """A byte into each rank's pipe: torch dumps its NCCL trace (NCCL only)."""
+    def _request_flight_recorder(self) -> int:
+        """A byte into each rank's pipe: torch dumps its NCCL trace (NCCL only).
+        Returns how many ranks were asked."""
+        asked = 0
         for pipe in self._status_dir.glob(f"{PIPE_PREFIX}*.pipe"):
             try:
                 fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
@@ -155,5 +211,17 @@ class StallWatch:
                 continue
             try:
                 os.write(fd, b"1")
+                asked += 1
             finally:
                 os.close(fd)
+        return asked
+
+    def _wait_for_flight_recorder(self, asked: int) -> list[Path]:
+        """The dumps the asked ranks wrote, waited for up to FLIGHT_RECORDER_WAIT_S."""
+        folder = self._run_dir / "flight-recorder"
+        deadline = time.monotonic() + (FLIGHT_RECORDER_WAIT_S if asked else 0)
+        while True:
+            found = sorted(p for p in folder.glob("rank_*") if p.stat().st_size > 0)
+            if len(found) >= asked or time.monotonic() >= deadline:
+                return found
+            time.sleep(0.1)
