@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -58,3 +60,44 @@ def run_json(cmd: list[str | os.PathLike]) -> tuple[int, dict]:
     proc = run(cmd)
     assert proc.stderr == "", proc.stderr
     return proc.returncode, json.loads(proc.stdout)
+
+
+# Addresses of the nodes `three_namespaces` makes, node 0 first (tests import it).
+NODES = ["10.77.0.1", "10.77.0.2", "10.77.0.3"]
+NAMESPACE_SETS = itertools.count()
+
+
+@pytest.fixture
+def three_namespaces():
+    """Three network namespaces on one bridge, each with its own address."""
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    if shutil.which("ip") is None:
+        pytest.skip("no ip command (apt install iproute2)")
+    # Fresh names per use: deleting a namespace frees its veth pair asynchronously,
+    # so reusing the last test's names can meet "File exists".
+    tag = f"p{os.getpid() % 10000}{next(NAMESPACE_SETS)}"
+    bridge = f"{tag}br"
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True)
+
+    ip("link", "add", bridge, "type", "bridge")
+    ip("link", "set", bridge, "up")
+    names = []
+    try:
+        for i, address in enumerate(NODES):
+            ns = f"{tag}n{i}"
+            names.append(ns)
+            ip("netns", "add", ns)
+            ip("link", "add", f"{tag}v{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
+            ip("link", "set", f"{tag}v{i}", "master", bridge, "up")
+            ip("-n", ns, "addr", "add", f"{address}/24", "dev", "eth0")
+            ip("-n", ns, "link", "set", "eth0", "up")
+            ip("-n", ns, "link", "set", "lo", "up")
+        yield names
+    finally:
+        for ns in names:
+            subprocess.run(["ip", "netns", "pids", ns], capture_output=True)
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        subprocess.run(["ip", "link", "del", bridge], capture_output=True)

@@ -5,6 +5,7 @@ group ends (or restarts); two gloo ranks on CPU, rank 1 stopping at step 5."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import NODES
 
 from pyinit.errors import EXIT_STALLED
 from pyinit.run.events import process_alive
@@ -26,10 +28,11 @@ JOB = textwrap.dedent("""
     how = sys.argv[1]
     dist.init_process_group("gloo")
     rank = dist.get_rank()
+    stalling = int(os.environ.get("STALL_RANK", "1"))
     weight = torch.zeros(4)
     first_attempt = os.environ["TORCHELASTIC_RESTART_COUNT"] == "0"
     for step in range(1, 31):
-        if rank == 1 and step == 6 and first_attempt:
+        if rank == stalling and step == 6 and first_attempt:
             if how == "sleep":
                 time.sleep(3600)  # the stall: asleep in the loop
             while True:  # the stall: busy, never reaching the all-reduce rank 0 waits in
@@ -137,3 +140,38 @@ def test_the_flight_recorder_says_who_is_behind(tmp_path):
     hostile = tmp_path / "rank_2"
     hostile.write_bytes(pickle.dumps({"entries": [Path("/")]}))
     assert read_flight_recorder([hostile]) == {}
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_a_stall_on_one_node_is_named_by_every_node(pyinit_bin, three_namespaces, tmp_path):
+    """Three nodes (network namespaces on a bridge), a rank each; node 2's rank
+    sleeps at step 5. Every node names it, within the timeout and seconds."""
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("\n".join(NODES) + "\n")
+    env = dict(os.environ, STALL_RANK="2")
+    procs = []
+    for ns in three_namespaces:
+        command = ["ip", "netns", "exec", ns, pyinit_bin, "run", "--hostfile", hostfile,
+                   "--nproc-per-node", "1", "--master-port", "29621", "--monitor-interval", "0",
+                   "--stall-timeout", "8", "--run-dir", tmp_path / ns, "--", script,
+                   "sleep"]  # fmt: skip
+        procs.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=env, start_new_session=True))  # fmt: skip
+    outputs = [p.communicate(timeout=240) for p in procs]
+    for node, (proc, (_, err)) in enumerate(zip(procs, outputs, strict=True)):
+        assert proc.returncode == EXIT_STALLED, f"node {node}: {err[-3000:]}"
+        lines = (tmp_path / three_namespaces[node] / "events.jsonl").read_text().splitlines()
+        log = [json.loads(line) for line in lines]
+        # Node 2 finds its own rank outside any collective; nodes 0 and 1 only see
+        # their ranks waiting, and learn the cause from node 2's liveness port.
+        named = {(e["node"], rank) for e in log if e["event"] == "stall" for rank in e["causes"]}
+        named |= {(e["peer"]["node"], cause["rank"]) for e in log if e["event"] == "peer_stall"
+                  for cause in e["peer"]["causes"]}  # fmt: skip
+        assert (2, 2) in named, f"node {node} did not name rank 2: {log[-6:]}"
+        assert "stall" in err
+        end = next(e for e in log if e["event"] == "end")
+        first = next(e for e in log if e["event"] in ("stall", "peer_stall"))
+        assert end["boottime"] - first["boottime"] < 15

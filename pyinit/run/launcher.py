@@ -27,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any
@@ -46,6 +46,7 @@ SUPERVISED = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, sign
 TORCHRUN_GRACE_S = 30.0
 ESCALATE_AFTER_S = TORCHRUN_GRACE_S + 10.0
 LIVENESS_LINGER_S = 3.0
+PEER_POLL_S = 1.0  # how often a watched run asks the other nodes for a stall
 # Workers per node: far above any GPU count, and a bound on what torchrun is asked to fork.
 MAX_NPROC = 1024
 
@@ -183,10 +184,16 @@ def torchrun_command(nodes: Nodes, nproc: int, port: int, restarts: int, status_
 
 class Liveness:
     """A TCP port on this node that answers while `pyinit run` lives, so the
-    other nodes can tell which node went away when a run fails."""
+    other nodes can tell which node went away when a run fails. It answers
+    `alive`, or `stall {json}` once this node's stall watch has found a stall
+    (its verdict: the causes and where they were), which the other nodes'
+    watchers read, so every node names the rank that stalled."""
 
     def __init__(self, address: str, port: int):
         self.port = port
+        self.answer = b"alive\n"
+        self._stop = threading.Event()
+        self._seen: dict[int, int] = {}  # the last stall number each node reported
         self._sock = socket.create_server((address, port), reuse_port=False)
         threading.Thread(target=self._serve, daemon=True).start()
 
@@ -197,7 +204,39 @@ class Liveness:
             except OSError:
                 return
             with conn:
-                conn.sendall(b"alive\n")
+                conn.sendall(self.answer)
+
+    def report_stall(self, verdict: dict[str, Any]) -> None:
+        self.answer = b"stall " + json.dumps(verdict).encode() + b"\n"
+
+    def new_peer_stalls(self, addresses: Sequence[str], own_rank: int) -> list[dict[str, Any]]:
+        """Each other node's stall verdict not seen before (asked once each)."""
+        found = []
+        for rank, address in enumerate(addresses):
+            if rank == own_rank:
+                continue
+            try:
+                with socket.create_connection((address, self.port), timeout=0.5) as conn:
+                    line = conn.makefile("rb").readline(1 << 16)
+            except OSError:
+                continue
+            if line.startswith(b"stall "):
+                verdict = json.loads(line[6:])
+                if verdict.get("count", 0) > self._seen.get(rank, 0):
+                    self._seen[rank] = verdict["count"]
+                    found.append(verdict)
+        return found
+
+    def watch_peers(self, addresses: Sequence[str], own_rank: int,
+                    on_stall: Callable[[dict[str, Any]], None]) -> None:  # fmt: skip
+        """Asks every other node once a second; hands on each new stall verdict."""
+
+        def poll() -> None:
+            while not self._stop.wait(PEER_POLL_S):
+                for verdict in self.new_peer_stalls(addresses, own_rank):
+                    on_stall(verdict)
+
+        threading.Thread(target=poll, name="pyinit-peers", daemon=True).start()
 
     @staticmethod
     def unreachable(addresses: Sequence[str], own_rank: int, port: int) -> list[int]:
@@ -213,6 +252,7 @@ class Liveness:
         return lost
 
     def close(self) -> None:
+        self._stop.set()
         self._sock.close()
 
 
@@ -347,7 +387,10 @@ def run(
             forwarded.append(sig)
 
         restarts = _RestartWatch(status_dir, log)
-        stalls = StallWatch(status_dir, folder, stall_timeout, nodes.rank, log, out)
+        stalls = StallWatch(status_dir, folder, stall_timeout, nodes.rank, log, out,
+                            announce=liveness.report_stall if liveness else None)  # fmt: skip
+        if liveness is not None and stall_timeout > 0:
+            liveness.watch_peers(nodes.addresses, nodes.rank, stalls.peer_stall)
 
         def on_tick() -> None:
             restarts.check()
@@ -370,10 +413,17 @@ def run(
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     status = _exit_status(code, forwarded, _worker_status(status_dir))
-    if status != 0 and stalls.stalls and not forwarded:
+    if status != 0 and stall_timeout > 0 and liveness is not None:
+        # A stalled node's workers were ended: ours may have failed on the broken
+        # connection before the next poll. Its verdict is still being served.
+        for verdict in liveness.new_peer_stalls(nodes.addresses, nodes.rank):
+            stalls.peer_stall(verdict)
+        stalls.check()
+    if status != 0 and (stalls.stalls or stalls.peer_stalls) and not forwarded:
         status = EXIT_STALLED  # the workers were ended for a stall, and not restarted
     fields: dict[str, Any] = {"status": status, "torchrun_status": code,
-                              "survivors_killed": survivors, "stalls": stalls.stalls}  # fmt: skip
+                              "survivors_killed": survivors, "stalls": stalls.stalls,
+                              "peer_stalls": stalls.peer_stalls}  # fmt: skip
     if status != 0 and liveness is not None:
         lost = Liveness.unreachable(nodes.addresses, nodes.rank, liveness.port)
         fields["unreachable_nodes"] = [{"rank": r, "address": nodes.addresses[r]} for r in lost]

@@ -27,6 +27,7 @@ import pickle
 import re
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, NoReturn
@@ -112,25 +113,49 @@ def locate(dump: str) -> Where | None:
 
 class StallWatch:
     def __init__(self, status_dir: Path, run_dir: Path, timeout_s: float, node: int,
-                 log: EventLog, out: IO[str]):  # fmt: skip
+                 log: EventLog, out: IO[str],
+                 announce: Callable[[dict], None] | None = None):  # fmt: skip
         self._status_dir = status_dir
         self._run_dir = run_dir
         self._timeout = timeout_s
         self._node = node
         self._log = log
         self._out = out
+        self._announce = announce  # tells the other nodes this node's verdict
         self._ended: set[int] = set()  # pids already ended for a stall
-        self.stalls = 0
+        self._peer_verdicts: list[dict] = []  # appended by the peer watcher's thread
+        self.stalls = 0  # found here
+        self.peer_stalls = 0  # found on other nodes, which ended this node's workers too
+
+    def peer_stall(self, verdict: dict) -> None:
+        """Another node found a stall (called from the peer watcher's thread)."""
+        self._peer_verdicts.append(verdict)
 
     def check(self) -> None:
         if self._timeout <= 0:
             return
+        while self._peer_verdicts:
+            self._peer(self._peer_verdicts.pop(0))
         now = boottime()
         live = [p for p in read_progress(self._status_dir)
                 if p.pid not in self._ended and process_alive(p.pid)]  # fmt: skip
         stalled = [p for p in live if p.steps > 0 and now - p.last_step >= self._timeout]
         if stalled:
             self._end(live, stalled, now)
+
+    def _peer(self, verdict: dict) -> None:
+        """A peer's stall: logged here too, and this node's workers ended with it
+        (they can only wait for the stalled rank)."""
+        causes = ", ".join(f"rank {c['rank']} at {c['where']}" for c in verdict["causes"])
+        self.peer_stalls += 1
+        self._log.write("peer_stall", peer=verdict)
+        print(f"pyinit run: stall on node {verdict['node']}: {causes or 'no cause found there'}",
+              file=self._out)  # fmt: skip
+        for p in read_progress(self._status_dir):
+            if p.pid not in self._ended and process_alive(p.pid):
+                self._ended.add(p.pid)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, signal.SIGKILL)
 
     def _end(self, live: list[Progress], stalled: list[Progress], now: float) -> None:
         self.stalls += 1
@@ -164,6 +189,9 @@ class StallWatch:
         self._log.write("stall", timeout_s=self._timeout, ranks=ranks, causes=causes,
                         waiting=waiting, folder=str(folder),
                         flight_recorder=[str(p) for p in recorded])  # fmt: skip
+        if self._announce is not None:
+            self._announce({"count": self.stalls, "node": self._node,
+                            "causes": [r for r in ranks if r["rank"] in causes]})  # fmt: skip
         for p in stalled:
             place = where[p.rank]
             doing = (f"waiting in {place.collective} at {place.frame}" if place and place.collective
