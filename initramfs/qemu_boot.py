@@ -62,8 +62,10 @@ def boot(
     memory_mb: int = 512,
     cpus: int = 1,
     echo: bool = False,
+    nvme_options: str = "",
 ) -> Boot:
-    """Boots and waits for the power-off; `echo` shows the console as it comes."""
+    """Boots and waits for the power-off; `echo` shows the console as it comes;
+    `nvme_options` are more properties for each NVMe device (",smart_critical_warning=1")."""
     # -cpu max: TCG's full instruction set (torch and numpy need more than qemu64's).
     command = [
         "qemu-system-x86_64", "-machine", "q35", "-accel", "tcg", "-cpu", "max",
@@ -73,7 +75,7 @@ def boot(
     ]  # fmt: skip
     for i, disk in enumerate(disks):
         command += ["-drive", f"file={disk},if=none,id=disk{i},format=raw",
-                    "-device", f"nvme,serial=podinit{i},drive=disk{i}"]  # fmt: skip
+                    "-device", f"nvme,serial=podinit{i},drive=disk{i}{nvme_options}"]  # fmt: skip
     start = time.monotonic()
     lines: list[str] = []
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

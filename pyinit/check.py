@@ -21,8 +21,12 @@ drain reason, then one line per problem; ``--json`` for machines.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
+import fcntl
 import json
 import os
+import struct
 import sys
 import threading
 import time
@@ -77,10 +81,55 @@ def probe_nvml(args: argparse.Namespace) -> list[Problem]:
     return problems
 
 
+# struct nvme_passthru_cmd (linux/nvme_ioctl.h): opcode, flags, rsvd1, nsid, cdw2,
+# cdw3, metadata, addr, metadata_len, data_len, cdw10-15, timeout_ms, result.
+_PASSTHRU = struct.Struct("<BBHIIIQQII6III")
+NVME_IOCTL_ADMIN_CMD = 0xC0484E41  # _IOWR('N', 0x41, struct nvme_passthru_cmd)
+SMART_LOG_BYTES = 512
+# The SMART / Health log's critical warning bits (NVMe base specification).
+CRITICAL_WARNINGS = ("available spare below threshold", "temperature outside its thresholds",
+                     "reliability degraded by media or internal errors",
+                     "media placed in read-only mode", "volatile memory backup failed",
+                     "persistent memory region read-only")  # fmt: skip
+
+
+def smart_log(controller: str) -> bytes:
+    """The controller's SMART / Health Information log page (Get Log Page 02h,
+    every namespace) through the admin passthrough ioctl. OSError when the
+    device cannot be opened or the command is refused (needs root)."""
+    buffer = ctypes.create_string_buffer(SMART_LOG_BYTES)
+    dwords = SMART_LOG_BYTES // 4 - 1
+    command = bytearray(_PASSTHRU.pack(0x02, 0, 0, 0xFFFFFFFF, 0, 0, 0, ctypes.addressof(buffer),
+                                       0, SMART_LOG_BYTES, (dwords << 16) | 0x02, 0, 0, 0, 0, 0,
+                                       0, 0))  # fmt: skip
+    fd = os.open(controller, os.O_RDONLY)
+    try:
+        fcntl.ioctl(fd, NVME_IOCTL_ADMIN_CMD, command)
+    finally:
+        os.close(fd)
+    return buffer.raw
+
+
+def smart_problems(name: str, log: bytes) -> list[Problem]:
+    warning, spare, threshold, used = log[0], log[3], log[4], log[5]
+    problems = [Problem(CRITICAL, "nvme", "NVME_CRITICAL_WARNING", name, text)
+                for bit, text in enumerate(CRITICAL_WARNINGS) if warning & (1 << bit)]  # fmt: skip
+    if spare < threshold and not warning & 1:
+        low = f"available spare {spare} % below its threshold {threshold} %"
+        problems.append(Problem(CRITICAL, "nvme", "NVME_SPARE_LOW", name, low))
+    if used >= 100:
+        problems.append(Problem(WARNING, "nvme", "NVME_WORN", name,
+                                f"{used} % of the rated endurance used"))  # fmt: skip
+    return problems
+
+
 def probe_nvme(args: argparse.Namespace) -> list[Problem]:
     """Each NVMe namespace: read-only (the controller's own protection after
-    media errors, or a forced ro) and its controller's state."""
+    media errors, or a forced ro) and its controller's state from sysfs, and
+    the controller's SMART log (critical warning, spare, wear) where its
+    /dev node answers the admin command."""
     problems = []
+    asked = set()
     for block in sorted(Path(args.sysfs_root, "class/block").glob("nvme*n*")):
         if "p" in block.name.split("n", 1)[1]:
             continue  # a partition: its namespace speaks for it
@@ -93,6 +142,12 @@ def probe_nvme(args: argparse.Namespace) -> list[Problem]:
             if state != "live":
                 problems.append(Problem(CRITICAL, "nvme", "NVME_CONTROLLER_STATE", block.name,
                                         f"controller state {state!r}, not 'live'"))  # fmt: skip
+        controller = Path(args.dev_root, block.name.rsplit("n", 1)[0])
+        if controller not in asked and controller.exists():
+            asked.add(controller)
+            # Not readable here (not root, a virtual disk): sysfs has spoken.
+            with contextlib.suppress(OSError):
+                problems += smart_problems(controller.name, smart_log(str(controller)))
     return problems
 
 
@@ -185,6 +240,7 @@ def main(argv: list[str] | None, nvml_backend: Any = None) -> int:
     parser.add_argument("--expect-gpus", type=argtypes.whole(0, 4096), metavar="N")
     parser.add_argument("--json", action="store_true", help="the result as one JSON object")
     parser.add_argument("--sysfs-root", default="/sys", metavar="DIR")
+    parser.add_argument("--dev-root", default="/dev", metavar="DIR", help=argparse.SUPPRESS)
     parser.add_argument("--kmsg", default="/dev/kmsg", metavar="PATH",
                         help="the kernel log (or a saved dmesg text)")  # fmt: skip
     parser.add_argument("--nvml-replay", metavar="FILE",

@@ -308,3 +308,26 @@ def test_a_training_script_that_exits_3_is_the_console_status(training_images):
     assert not run.timed_out and run.returncode == 0, run.console
     assert "command exited with status 3" in lines, run.console
     assert "reboot: Power down" in run.console, run.console
+
+
+@pytest.mark.qemu
+@pytest.mark.slow
+def test_check_reads_the_nvme_health_log_in_the_guest(training_images):
+    """pyinit check as the guest's command, its root on an emulated NVMe disk
+    whose SMART log carries a critical warning (QEMU's smart_critical_warning):
+    the admin command reads it, and the status is CRITICAL."""
+    kernel, _ = qemu_boot.kernel_and_release()
+    boot_image, root_image = training_images
+    append = ('quiet podinit.root=/dev/nvme0n1 podinit.cmd="/usr/local/bin/pyinit check '
+              '--kmsg /dev/null --deadline 60"')  # fmt: skip
+    healthy = qemu_boot.boot(kernel, boot_image, append, [root_image], timeout=600,
+                             memory_mb=1024, cpus=2)  # fmt: skip
+    assert "POD-INIT CHECK OK |" in healthy.console, healthy.console
+    run = qemu_boot.boot(kernel, boot_image, append, [root_image], timeout=600, memory_mb=1024,
+                         cpus=2, nvme_options=",smart_critical_warning=1")  # fmt: skip
+    lines = [message for _, message in run.pod_init_lines()]
+    assert not run.timed_out and run.returncode == 0, run.console
+    assert "CRITICAL nvme NVME_CRITICAL_WARNING nvme0: available spare below threshold" in (
+        run.console
+    ), run.console
+    assert "command exited with status 2" in lines, run.console
