@@ -209,18 +209,25 @@ class Liveness:
     def report_stall(self, verdict: dict[str, Any]) -> None:
         self.answer = b"stall " + json.dumps(verdict).encode() + b"\n"
 
-    def new_peer_stalls(self, addresses: Sequence[str], own_rank: int) -> list[dict[str, Any]]:
-        """Each other node's stall verdict not seen before (asked once each)."""
-        found = []
+    def _ask_peers(self, addresses: Sequence[str], own_rank: int,
+                   timeout_s: float) -> dict[int, bytes | None]:  # fmt: skip
+        """Every other node's answer on its liveness port (None: no answer)."""
+        answers: dict[int, bytes | None] = {}
         for rank, address in enumerate(addresses):
             if rank == own_rank:
                 continue
             try:
-                with socket.create_connection((address, self.port), timeout=0.5) as conn:
-                    line = conn.makefile("rb").readline(1 << 16)
+                with socket.create_connection((address, self.port), timeout=timeout_s) as conn:
+                    answers[rank] = conn.makefile("rb").readline(1 << 16)
             except OSError:
-                continue
-            if line.startswith(b"stall "):
+                answers[rank] = None
+        return answers
+
+    def new_peer_stalls(self, addresses: Sequence[str], own_rank: int) -> list[dict[str, Any]]:
+        """Each other node's stall verdict not seen before (asked once each)."""
+        found = []
+        for rank, line in self._ask_peers(addresses, own_rank, 0.5).items():
+            if line and line.startswith(b"stall "):
                 verdict = json.loads(line[6:])
                 if verdict.get("count", 0) > self._seen.get(rank, 0):
                     self._seen[rank] = verdict["count"]
@@ -238,18 +245,10 @@ class Liveness:
 
         threading.Thread(target=poll, name="pyinit-peers", daemon=True).start()
 
-    @staticmethod
-    def unreachable(addresses: Sequence[str], own_rank: int, port: int) -> list[int]:
-        lost = []
-        for rank, address in enumerate(addresses):
-            if rank == own_rank:
-                continue
-            try:
-                with socket.create_connection((address, port), timeout=2) as conn:
-                    conn.recv(16)
-            except OSError:
-                lost.append(rank)
-        return lost
+    def unreachable(self, addresses: Sequence[str], own_rank: int) -> list[int]:
+        """The other nodes that do not answer within 2 s."""
+        answers = self._ask_peers(addresses, own_rank, 2.0)
+        return [rank for rank, line in answers.items() if line is None]
 
     def close(self) -> None:
         self._stop.set()
@@ -425,7 +424,7 @@ def run(
                               "survivors_killed": survivors, "stalls": stalls.stalls,
                               "peer_stalls": stalls.peer_stalls}  # fmt: skip
     if status != 0 and liveness is not None:
-        lost = Liveness.unreachable(nodes.addresses, nodes.rank, liveness.port)
+        lost = liveness.unreachable(nodes.addresses, nodes.rank)
         fields["unreachable_nodes"] = [{"rank": r, "address": nodes.addresses[r]} for r in lost]
         for r in lost:
             print(f"pyinit run: node {r} ({nodes.addresses[r]}) is gone", file=out)

@@ -137,11 +137,21 @@ class StallWatch:
         while self._peer_verdicts:
             self._peer(self._peer_verdicts.pop(0))
         now = boottime()
-        live = [p for p in read_progress(self._status_dir)
-                if p.pid not in self._ended and process_alive(p.pid)]  # fmt: skip
+        live = self._live()
         stalled = [p for p in live if p.steps > 0 and now - p.last_step >= self._timeout]
         if stalled:
             self._end(live, stalled, now)
+
+    def _live(self) -> list[Progress]:
+        """The ranks whose process lives and was not ended for a stall already."""
+        return [p for p in read_progress(self._status_dir)
+                if p.pid not in self._ended and process_alive(p.pid)]  # fmt: skip
+
+    def _kill(self, ranks: list[Progress]) -> None:
+        for p in ranks:
+            self._ended.add(p.pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGKILL)
 
     def _peer(self, verdict: dict) -> None:
         """A peer's stall: logged here too, and this node's workers ended with it
@@ -151,11 +161,7 @@ class StallWatch:
         self._log.write("peer_stall", peer=verdict)
         print(f"pyinit run: stall on node {verdict['node']}: {causes or 'no cause found there'}",
               file=self._out)  # fmt: skip
-        for p in read_progress(self._status_dir):
-            if p.pid not in self._ended and process_alive(p.pid):
-                self._ended.add(p.pid)
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(p.pid, signal.SIGKILL)
+        self._kill(self._live())
 
     def _end(self, live: list[Progress], stalled: list[Progress], now: float) -> None:
         self.stalls += 1
@@ -200,10 +206,7 @@ class StallWatch:
             print(f"pyinit run: stall: rank {p.rank} (node {self._node}) made no step for "
                   f"{idle:.1f} s after step {p.steps}, {doing}", file=self._out)  # fmt: skip
         print(f"pyinit run: stall: stacks in {folder}; ending the worker group", file=self._out)
-        for p in live:
-            self._ended.add(p.pid)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p.pid, signal.SIGKILL)
+        self._kill(live)
 
     def _collect_stacks(self, live: list[Progress], folder: Path) -> dict[int, str]:
         """Each live rank's new faulthandler output, copied into `folder`."""
