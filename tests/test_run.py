@@ -338,9 +338,12 @@ def lazy_init():
     state["initialized"], state["inside"] = True, False
 torch.cuda._lazy_init = lazy_init
 torch.cuda.is_initialized = lambda: state["initialized"]
+from pathlib import Path
 from pyinit.run.events import EventLog
+from pyinit.run.progress import ProgressWriter
 from pyinit.run.worker import Marks
-Marks(EventLog({str(tmp_path / "events.jsonl")!r}, rank=0)).instrument_torch()
+progress = ProgressWriter(Path({str(tmp_path / "progress.bin")!r}))
+Marks(EventLog({str(tmp_path / "events.jsonl")!r}, rank=0), progress).instrument_torch()
 torch.cuda._lazy_init()
 torch.cuda._lazy_init()
 """

@@ -79,6 +79,7 @@ def test_a_sleeping_rank_is_named_with_its_stack_and_the_run_ends(pyinit_bin, tm
     assert ranks[0]["last_step"] == ranks[1]["last_step"] == 5
     # Found within the timeout and a tick, ended within seconds of that.
     assert 10 <= ranks[1]["seconds_since_step"] < 11
+    assert ranks[1]["seconds_since_beat"] < 3  # asleep with the GIL released: it still beats
     assert end["boottime"] - stall["boottime"] < 10 and end["status"] == EXIT_STALLED
     stack = (Path(stall["folder"]) / "stack-rank1.txt").read_text()
     assert f'job.py", line {SLEEP_LINE} in <module>' in stack

@@ -22,6 +22,7 @@ import os
 import signal
 import struct
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,18 +63,18 @@ class ProgressWriter:
             os.close(fd)
         self._pid = os.getpid()
         self.steps = 0
-        self._last_step = 0.0
+        self.last_step = 0.0  # CLOCK_BOOTTIME seconds of the last step; 0 before the first
         self._lock = threading.Lock()
         self._write(boottime())
 
     def _write(self, beat: float) -> None:
-        LAYOUT.pack_into(self._map, 0, self._pid, self.steps, self._last_step, beat)
+        LAYOUT.pack_into(self._map, 0, self._pid, self.steps, self.last_step, beat)
 
     def step(self) -> None:
         now = boottime()
         with self._lock:
             self.steps += 1
-            self._last_step = now
+            self.last_step = now
             self._write(now)
 
     def beat(self) -> None:
@@ -82,8 +83,8 @@ class ProgressWriter:
 
     def start_heartbeat(self) -> None:
         def beat_forever() -> None:
-            stop = threading.Event()
-            while not stop.wait(BEAT_SECONDS):
+            while True:
+                time.sleep(BEAT_SECONDS)
                 self.beat()
 
         threading.Thread(target=beat_forever, name="pyinit-heartbeat", daemon=True).start()

@@ -188,6 +188,9 @@ class StallWatch:
         ranks = [
             {"rank": p.rank, "node": self._node, "pid": p.pid, "last_step": p.steps,
              "seconds_since_step": round(now - p.last_step, 3),
+             # A fresh heartbeat: the interpreter still runs (the main thread waits
+             # with the GIL released); a stale one: C code holds it, or the process is stopped.
+             "seconds_since_beat": round(now - p.beat, 3),
              "where": where[p.rank].frame if where[p.rank] else None,
              "collective": where[p.rank].collective if where[p.rank] else None}
             for p in stalled

@@ -85,13 +85,11 @@ class Marks:
     """The worker's phases, written to the run's event log (when there is one)
     as they end, and its progress, counted for the stall watch."""
 
-    def __init__(self, log: EventLog | None, progress: ProgressWriter | None = None):
+    def __init__(self, log: EventLog | None, progress: ProgressWriter):
         self.log = log
-        self.progress = progress
+        self.progress = progress  # counts the steps: the stall watch's and the timeline's
         self.ready = boottime()  # when the last phase ended: the next one's start
-        self.steps = 0
-        self.first_step = 0.0
-        self.last_step = 0.0
+        self.first_step = 0.0  # when the first optimizer step ended
 
     def phase(self, name: str, start: float, end: float, **fields: Any) -> None:
         if self.log is not None:
@@ -144,20 +142,17 @@ class Marks:
         dist.init_process_group = timed_init_process_group
 
         def after_step(_optimizer: Any, _args: Any, _kwargs: Any) -> None:
-            if self.progress is not None:
-                self.progress.step()
-            now = boottime()
-            self.steps += 1
-            self.last_step = now
-            if self.steps == 1:
-                self.first_step = now
-                self.phase("first step", self.ready, now)
+            self.progress.step()
+            if not self.first_step:
+                self.first_step = self.progress.last_step
+                self.phase("first step", self.ready, self.first_step)
 
         register_optimizer_step_post_hook(after_step)
 
     def finish(self) -> None:
-        if self.steps > 1 and self.log is not None:
-            self.log.phase("steps", self.first_step, self.last_step, steps=self.steps)
+        if self.first_step and self.progress.steps > 1 and self.log is not None:
+            self.log.phase("steps", self.first_step, self.progress.last_step,
+                           steps=self.progress.steps)  # fmt: skip
 
 
 def watch_progress(status_dir: Path, rank: int) -> ProgressWriter:
