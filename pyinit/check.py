@@ -248,12 +248,10 @@ def main(argv: list[str] | None, nvml_backend: Any = None) -> int:
     args = parser.parse_args(argv)
     args.nvml_backend = nvml_backend
     if args.nvml_replay:
-        from pyinit.jsonfile import load_json
-        from pyinit.nvml import FakeNvml
+        from pyinit.nvml import load_replay
 
         try:
-            with open(args.nvml_replay, encoding="utf-8") as f:
-                args.nvml_backend = FakeNvml(load_json(f.read(), args.nvml_replay))
+            args.nvml_backend = load_replay(args.nvml_replay)
         except (OSError, ValueError) as e:
             parser.exit(UNKNOWN, f"pyinit check: {args.nvml_replay}: {e}\n")
     began = time.monotonic()

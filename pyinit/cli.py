@@ -50,11 +50,9 @@ def _nvml_backend(args: argparse.Namespace) -> NvmlBackend | None:
     replay = getattr(args, "nvml_replay", None)
     if replay is None:
         return nvml_backend
-    from pyinit.jsonfile import load_json
-    from pyinit.nvml import FakeNvml
+    from pyinit.nvml import load_replay
 
-    with open(replay, encoding="utf-8", errors="surrogateescape") as f:
-        return FakeNvml(load_json(f.read(), replay))
+    return load_replay(replay)
 
 
 def _read_nvml(args: argparse.Namespace) -> NvmlView | None:

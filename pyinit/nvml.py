@@ -476,6 +476,15 @@ class NvmlView:
         }
 
 
+def load_replay(path: str) -> FakeNvml:
+    """A recording (`pyinit nvml --record`) to answer as the driver would.
+    OSError when it cannot be read, InputError naming it when it is not JSON."""
+    from pyinit.jsonfile import load_json
+
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:
+        return FakeNvml(load_json(f.read(), path))
+
+
 def read_nvml(backend: NvmlBackend | None = None) -> NvmlView:
     """Reads every GPU's NVML view. Raises :class:`NvmlUnavailable`."""
     nvml = backend if backend is not None else PynvmlBackend()

@@ -287,7 +287,6 @@ def run(
     out: IO[str] = sys.stderr,
 ) -> int:
     """Runs the target under torchrun on this node; returns the exit status."""
-    started = time.monotonic()
     entered = boottime()
     if worker_start not in WORKER_STARTS:
         raise InputError(f"--worker-start must be fork or spawn, not {worker_start!r}")
@@ -396,7 +395,7 @@ def run(
             stalls.check()
 
         log.write("spawn", command=command,
-                  seconds_since_start=round(time.monotonic() - started, 4))  # fmt: skip
+                  seconds_since_start=round(boottime() - entered, 4))  # fmt: skip
         code = _native.supervise(
             command, env, grace_s=ESCALATE_AFTER_S, on_signal=on_signal,
             on_tick=on_tick, tick_s=0.25,
