@@ -23,6 +23,7 @@ from conftest import run
 
 REPO = Path(__file__).resolve().parent.parent
 BUILD = REPO / "initramfs" / "build"
+BUILD_ROOT = REPO / "initramfs" / "build-root"
 NON_UTF8 = os.fsdecode(b"/tmp/pod-init-\xff\xfe-root")
 
 # (command, files to write {name: bytes}, exit status, what stderr must hold).
@@ -85,6 +86,32 @@ BAD_INPUT = [
     (["build", "--out", "{tmp}/out", "--cmdline-default", "podinit.grace=-5"], {}, 2,
      "podinit.grace= needs a whole number"),
     (["build", "--out", "{tmp}"], {}, 1, "--out is a folder"),
+    (["pyinit", "run", "--stall-timeout", "-1", "--run-dir", "{tmp}/run", "--", "{ok}"],
+     {"ok": b"pass\n"}, 2, "--stall-timeout: must be from 1"),
+    (["pyinit", "run", "--worker-start", "thread", "--run-dir", "{tmp}/run", "--", "{ok}"],
+     {"ok": b"pass\n"}, 2, "--worker-start: invalid choice: 'thread'"),
+    (["pyinit", "run", "--torchrun", "--start-method spawn", "--run-dir", "{tmp}/run", "--",
+      "{ok}"], {"ok": b"pass\n"}, 2, "pyinit run sets --start-method itself"),
+    (["pyinit", "timeline", "{tmp}/nowhere"], {}, 2, "no events.jsonl here"),
+    (["pyinit", "timeline", "{log}"], {"log": b'{"event": "phase"\n{"event": "end"}\n'}, 2,
+     "{log}:1: malformed JSON"),
+    (["pyinit", "timeline", "{log}"], {"log": b'{"event": "start"}\n'}, 2,
+     "the event log has no phases"),
+    (["pyinit", "check", "--deadline", "0"], {}, 3, "--deadline: must be from 0.1"),
+    (["pyinit", "check", "--nvml-replay", "{bin}"], BINARY, 3, "{bin}"),
+    (["pyinit", "bench", "allreduce", "-d", "mulsum", "--out", "{tmp}/out"], {}, 2,
+     "--datatype: invalid choice: 'mulsum'"),
+    (["pyinit", "bench", "allgather", "-b", "1M", "-e", "1K", "--out", "{tmp}/out"], {}, 2,
+     "-b 1048576 is above -e 1024"),
+    (["pyinit", "bench", "io", "--bs", "1000", "{empty}"], {"empty": b""}, 2,
+     "--bs 1000 is not a multiple of 512"),
+    (["pyinit", "bench", "io", "--rw", "write", "{tmp}"], {}, 2, "--rw: invalid choice: 'write'"),
+    (["build-root", "--out", "{tmp}/out", "--file", "{tmp}/nope:/x"], {}, 2,
+     "{tmp}/nope is neither a file nor a folder"),
+    (["build-root", "--out", "{tmp}/out", "--file", "{ok}:relative"], {"ok": b"x"}, 2,
+     "expected SRC:/absolute/destination"),
+    (["build-root", "--out", "{tmp}/out", "--extra", "nosuch"], {}, 2,
+     "--extra nosuch: pod-init has no such extra"),
 ]  # fmt: skip
 
 
@@ -93,6 +120,7 @@ def command_line(words: list[str], fill: dict[str, str], pod_init_bin: Path) -> 
         "pod-init": [str(pod_init_bin)],
         "pyinit": [str(pod_init_bin.parent / "pyinit")],
         "build": [sys.executable, str(BUILD), "--init", str(pod_init_bin)],
+        "build-root": [sys.executable, str(BUILD_ROOT), "--init", str(pod_init_bin)],
     }
     return tools[words[0]] + [w.format(**fill) for w in words[1:]]
 
