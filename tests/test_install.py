@@ -60,6 +60,13 @@ def test_every_command_works_or_names_its_extra(bare_env, tmp_path):
         ([pyinit, "bench", "data"], 2, "pip install 'pod-init[train]'"),
         ([pyinit, "bench", "allreduce"], 2, "pip install 'pod-init[train]'"),
         ([pyinit, "bench", "p2p"], 2, "pip install 'pod-init[train]'"),
+        ([pyinit, "bench", "allgather"], 2, "pip install 'pod-init[train]'"),
+        ([pyinit, "check", "--sysfs-root", sysfs, "--kmsg", os.devnull], 1,
+         "POD-INIT CHECK WARNING"),  # the fixture binds GPUs to nvidia; no NVML here
+        ([pyinit, "timeline", REPO / "tests/data/qemu-training-events.jsonl"], 0,
+         "first step done on every rank"),
+        ([pyinit, "timeline", REPO / "tests/data/qemu-training-events.jsonl", "--png",
+          tmp_path / "t.png"], 2, "pip install 'pod-init[plots]'"),
         ([bare_env / "bin/python", "-c", "from pyinit.data import TokenShardDataset"], 1,
          "pip install 'pod-init[train]'"),
     ]  # fmt: skip
