@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['DirectReader', 'NcclConfig', 'NodeList', 'Topology', 'aligned_empty', 'become_subreaper', 'die_with_parent', 'end_children', 'expand_nodelist', 'load_node_list', 'load_topology', 'nccl_config', 'read_boot_id', 'scan_topology', 'supervise']
+__all__: list[str] = ['DirectReader', 'NcclConfig', 'NodeList', 'ReadStream', 'Topology', 'aligned_empty', 'become_subreaper', 'die_with_parent', 'end_children', 'expand_nodelist', 'load_node_list', 'load_topology', 'memory_stats', 'nccl_config', 'read_boot_id', 'scan_topology', 'supervise']
 class Topology:
     def expect_gpus(self, count: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
@@ -86,6 +86,37 @@ class NodeList:
         """
         The hostfile.
         """
+class ReadStream:
+    def __enter__(self) -> typing.Any:
+        ...
+    def __exit__(self, *args) -> None:
+        ...
+    def __iter__(self) -> typing.Any:
+        ...
+    def __next__(self) -> numpy.typing.NDArray[numpy.uint8]:
+        ...
+    def close(self) -> None:
+        """
+        Waits for the reads in flight and frees the rows ahead; later next() raises ValueError.
+        """
+    def stats(self) -> dict:
+        """
+        As DirectReader.stats(), for this stream's reads.
+        """
+    @property
+    def backend(self) -> str:
+        ...
+    @property
+    def closed(self) -> bool:
+        ...
+    @property
+    def depth(self) -> int:
+        ...
+    @property
+    def remaining(self) -> int:
+        """
+        Rows not yet returned.
+        """
 class DirectReader:
     def __init__(self, path: str | collections.abc.Sequence[str], queue_depth: typing.SupportsInt | typing.SupportsIndex = 32, backend: str = 'auto', page_cache: bool = False) -> None:
         """
@@ -110,6 +141,10 @@ class DirectReader:
     def stats(self) -> dict:
         """
         reads, bytes, ios, page_cache_reads and the IO latency (µs percentiles, histogram).
+        """
+    def stream(self, offsets: typing.Any, length: int, depth: typing.SupportsInt | typing.SupportsIndex | None = None, files: typing.Any | None = None, batch: typing.SupportsInt | typing.SupportsIndex | None = None) -> ReadStream:
+        """
+        An iterator over the rows (each a uint8 array of length bytes), or over batches of `batch` rows ((rows, length) arrays), in order, with `depth` reads (default: the reader's queue depth) kept in flight while the caller works.
         """
     @property
     def backend(self) -> str:
@@ -161,7 +196,7 @@ class DirectReader:
         """
 def aligned_empty(nbytes: int) -> numpy.typing.NDArray[numpy.uint8]:
     """
-    A page-aligned uint8 array (uninitialised) that owns its memory.
+    A page-aligned uint8 array (uninitialised) from the reader's pool, whose memory the ring registers on first use.
     """
 def become_subreaper() -> None:
     """
@@ -186,6 +221,10 @@ def load_node_list(hostfile: str, hostfile_text: str = '') -> NodeList:
 def load_topology(text: str, source: str) -> Topology:
     """
     The Topology a `pod-init topo --json` document describes (a scan reused, not repeated). InputError naming source when it is not one.
+    """
+def memory_stats() -> dict:
+    """
+    The pool behind read(), read_batch(), aligned_empty() and the streams: arena bytes (mapped once, kept), bytes of large blocks in use, blocks in use, large blocks returned.
     """
 def nccl_config(topology: Topology, nodes: ... | None = None, hints: str = '', out_dir: str = '.', socket_ifname: str = '', force_rings: bool = False, channels: typing.SupportsInt | typing.SupportsIndex = 0, details: collections.abc.Mapping[str, tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, collections.abc.Sequence[tuple[str, str, typing.SupportsInt | typing.SupportsIndex]]]] = {}, environment: collections.abc.Mapping[str, str] = {}, proc_root: str = '/proc') -> NcclConfig:
     """

@@ -26,6 +26,14 @@ data set that fits in RAM and was read before costs no device reads.
 A reader made before a DataLoader forks its workers works in each of them (the
 child builds its own ring on first use) and pickles for spawn-based workers
 (the child reopens the path).
+
+``read()``, ``read_batch()`` and ``aligned_empty()`` hand out memory from a
+pool of page-aligned, already-faulted blocks that the ring registers, so a
+plain call costs neither an mmap nor page faults nor pinning per read.
+``stream()`` keeps reads in flight between iterations:
+
+    for row in reader.stream(offsets, 1 << 20, depth=16):   # in order, the queue kept full
+        consume(row)
 """
 
 from __future__ import annotations
@@ -50,6 +58,12 @@ def aligned_empty(shape: int | tuple[int, ...], dtype: Any = np.uint8) -> np.nda
     dims = (shape,) if isinstance(shape, int) else tuple(shape)
     nbytes = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
     return _native.aligned_empty(nbytes).view(dtype).reshape(dims)
+
+
+ReadStream = _native.ReadStream
+
+
+memory_stats = _native.memory_stats
 
 
 class DirectIOUnavailable(RuntimeWarning):

@@ -266,6 +266,203 @@ def test_fork_and_pickle(data_file):
         assert clone.queue_depth == 32 and clone.backend == r.backend
 
 
+# The plain calls: memory from the pool, registered with the ring.
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ten_thousand_random_ranges(data_file, backend):
+    content = data_file[1]
+    rng = np.random.default_rng(7)
+    with DirectReader(data_file[0], backend=backend) as r:
+        for offset, length in zip(
+            rng.integers(0, SIZE, 10_000).tolist(),
+            rng.integers(0, 20_000, 10_000).tolist(),
+            strict=True,
+        ):
+            assert r.read(offset, length).tobytes() == content[offset : offset + length]
+        if backend == "io_uring":  # every read went into a registered block
+            assert r.stats()["fixed_ios"] == r.stats()["ios"] > 0
+
+
+def test_the_pool_takes_arrays_back_and_resident_memory_stays_flat(data_file):
+    from pyinit.io import memory_stats
+
+    def resident_bytes() -> int:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    with DirectReader(data_file[0]) as r:
+        first = r.read(0, 4096)
+        address = first.ctypes.data
+        in_use = memory_stats()["blocks_in_use"]
+        del first  # back to the pool: the next read of that size gets the same block
+        again = r.read(8192, 4096)
+        assert again.ctypes.data == address
+        assert memory_stats()["blocks_in_use"] == in_use
+        del again
+        rows = r.read_batch(np.arange(32) * 4096, 4096)
+        assert rows.ctypes.data % 4096 == 0
+        del rows
+        rng = np.random.default_rng(3)
+        offsets = (rng.integers(0, SIZE // 4096, 110_000) * 4096).tolist()
+        for offset in offsets[:10_000]:
+            r.read(offset, 4096)
+        before = resident_bytes()
+        for offset in offsets[10_000:]:
+            r.read(offset, 4096)
+        grown = resident_bytes() - before
+    assert grown < 4 << 20, f"resident memory grew {grown} bytes over 100,000 reads"
+
+
+def test_memory_the_reader_does_not_own_keeps_the_plain_path(data_file):
+    content = data_file[1]
+    with DirectReader(data_file[0], backend="io_uring") as r:
+        import mmap
+
+        foreign = mmap.mmap(-1, 8192)  # page-aligned, so read straight into, but not ours
+        assert r.read_into(foreign, 4096) == 8192 and foreign[:] == content[4096 : 4096 + 8192]
+        assert r.stats()["fixed_ios"] == 0  # pinned per read, as before
+        from pyinit.io import aligned_empty
+
+        ours = aligned_empty(8192)
+        r.read_into(ours, 4096)
+        assert r.stats()["fixed_ios"] == 1 and ours.tobytes() == content[4096 : 4096 + 8192]
+
+
+def test_a_freed_buffer_is_never_read_into_through_its_old_registration(data_file):
+    # A block of its own (over 4 MiB) is unmapped when its array dies; the next
+    # one of that size lands at the same address. The ring registered the first:
+    # were the registration found by address, the reads would go to its pinned
+    # old pages and the new array would never see the data.
+    from pyinit.io import aligned_empty, memory_stats
+
+    content = data_file[1]
+    size = 6 << 20
+    with DirectReader(data_file[0], backend="io_uring") as r:
+        first = aligned_empty(size)
+        assert r.read_into(first, 0) == SIZE  # the second of its IOs registers it
+        assert r.stats()["fixed_ios"] > 0 and first[:SIZE].tobytes() == content
+        address = first.ctypes.data
+        retired = memory_stats()["regions_retired"]
+        del first
+        assert memory_stats()["regions_retired"] == retired + 1
+        second = aligned_empty(size)
+        assert second.ctypes.data == address, "the kernel placed the new mapping elsewhere"
+        second.fill(0)
+        got = r.read_into(second[: 4 << 20], 8192)  # aligned: straight into the array
+        assert got == SIZE - 8192 and second[:got].tobytes() == content[8192:]
+
+
+def test_arrays_made_before_fork_work_in_the_child(data_file):
+    from pyinit.io import aligned_empty
+
+    content = data_file[1]
+    with DirectReader(data_file[0]) as r:
+        shared = aligned_empty(1 << 20)
+        r.read_into(shared, 0)
+        pid = os.fork()
+        if pid == 0:  # the pool is not MADV_DONTFORK: the parent's arrays are here
+            ok = shared.tobytes() == content[: 1 << 20]
+            r.read_into(shared, 1 << 20)
+            ok = ok and shared.tobytes() == content[1 << 20 : 2 << 20]
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert shared.tobytes() == content[: 1 << 20]  # the child's reads stayed there
+
+
+# Streams: the queue kept full across iterations.
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stream_yields_every_row_once_in_order(data_file, backend):
+    content = data_file[1]
+    rng = np.random.default_rng(11)
+    offsets = rng.integers(0, SIZE - 3000, 1000)
+    with DirectReader(data_file[0], queue_depth=8, backend=backend) as r:
+        rows = [row.tobytes() for row in r.stream(offsets, 3000, depth=16)]
+        assert rows == [content[o : o + 3000] for o in offsets]
+        # Batches: the last one holds the rest.
+        batches = list(r.stream(offsets, 3000, batch=64))
+        assert [len(b) for b in batches] == [64] * 15 + [40]
+        assert np.concatenate(batches).tobytes() == b"".join(rows)
+        # Aligned rows go straight into their blocks; one stream covers many files.
+        aligned = np.arange(0, SIZE - (1 << 20), 1 << 20)
+        big = [row.tobytes() for row in r.stream(aligned, 1 << 20, depth=4)]
+        assert big == [content[o : o + (1 << 20)] for o in aligned]
+        assert list(r.stream([], 10)) == []
+        with pytest.raises(ValueError, match="ends past the end"):
+            r.stream([SIZE - 5], 10)
+        with pytest.raises(ValueError, match="depth must be from 1"):
+            r.stream([0], 10, depth=0)
+        with pytest.raises(ValueError, match="batch must be >= 1"):
+            r.stream([0], 10, batch=0)
+
+
+def test_stream_across_files_and_the_page_cache(data_file):
+    path, content = data_file
+    second = path.with_name("stream-reversed.bin")
+    second.write_bytes(content[::-1])
+    try:
+        offsets, files = np.array([5, 9000, 70_000, 3]), np.array([1, 0, 1, 0])
+        with DirectReader([path, second], page_cache=True) as r:
+            stream = r.stream(offsets, 2050, files=files)
+            rows = list(stream)
+            assert stream.stats()["page_cache_reads"] == 4  # both files were just written
+        sources = [content, content[::-1]]
+        for row, offset, file in zip(rows, offsets, files, strict=True):
+            assert row.tobytes() == sources[file][offset : offset + 2050]
+    finally:
+        second.unlink()
+
+
+def test_leaving_a_stream_early_leaves_nothing_in_flight(data_file):
+    from pyinit.io import memory_stats
+
+    fds = len(os.listdir("/proc/self/fd"))
+    in_use = memory_stats()["blocks_in_use"]
+    content = data_file[1]
+    with DirectReader(data_file[0]) as r:
+        stream = r.stream(np.arange(0, 3 << 20, 4096), 4096, depth=32)
+        for i, row in enumerate(stream):
+            assert row.tobytes() == content[i * 4096 : (i + 1) * 4096]
+            if i == 2:
+                break
+        assert stream.remaining == (3 << 20) // 4096 - 3 and not stream.closed
+        stream.close()  # waits for the 32 reads it had in flight, frees the rows ahead
+        assert stream.closed and stream.stats()["reads"] == 3
+        with pytest.raises(ValueError, match="closed stream"):
+            next(stream)
+        # A stream dropped mid-way without close() does the same when it dies.
+        dropped = r.stream(np.arange(0, 3 << 20, 4096), 4096, depth=32)
+        next(dropped)
+        del dropped, row
+    assert memory_stats()["blocks_in_use"] == in_use
+    assert len(os.listdir("/proc/self/fd")) == fds
+
+
+def test_a_stream_outlives_its_reader_and_stays_in_its_thread(data_file):
+    import threading
+
+    content = data_file[1]
+    r = DirectReader(data_file[0], backend="io_uring")
+    stream = r.stream([0, 4096, 8192], 100)
+    r.close()  # the stream holds its own descriptors
+    assert next(stream).tobytes() == content[:100]
+    errors = []
+
+    def elsewhere() -> None:
+        try:
+            next(stream)
+        except ValueError as error:
+            errors.append(str(error))
+
+    worker = threading.Thread(target=elsewhere)
+    worker.start()
+    worker.join()
+    assert errors and "thread that made it" in errors[0]
+    assert next(stream).tobytes() == content[4096:4196]
+
+
 class Windows:
     """A map-style dataset of 4099-byte windows (module level: spawn pickles it)."""
 

@@ -71,7 +71,7 @@ uint64_t non_negative(const py::int_& value, const char* what) {
 py::array_t<int64_t, py::array::c_style | py::array::forcecast> whole_numbers(
     const py::array& values, const char* what) {
   char kind = values.dtype().kind();
-  if (kind != 'i' && kind != 'u' && !(kind == 'O' && values.size() == 0)) {
+  if (kind != 'i' && kind != 'u' && values.size() != 0) {  // [] is float64 to numpy
     throw py::value_error(std::string(what) + " must be whole numbers, not " +
                           std::string(py::str(values.dtype())));
   }
@@ -87,12 +87,52 @@ size_t only_file(const pod_init::DirectReader& r, const char* what) {
   return 0;
 }
 
-// A 1-D or 2-D uint8 array that owns `data` (freed with free()) and starts at data + head.
-py::array_t<uint8_t> owning_array(uint8_t* data, size_t head, std::vector<py::ssize_t> shape) {
-  py::capsule owner(data, [](void* p) { free(p); });
+// A 1-D or 2-D uint8 array that owns `block` (back to the pool when the array
+// dies) and starts at block.data + head.
+py::array_t<uint8_t> owning_array(pod_init::OwnedBlock block, size_t head,
+                                  std::vector<py::ssize_t> shape) {
+  auto* owned = new pod_init::IoBlock(block.take());
+  py::capsule owner(owned, [](void* p) {
+    auto* released = static_cast<pod_init::IoBlock*>(p);
+    pod_init::IoMemory::instance().release(*released);
+    delete released;
+  });
   std::vector<py::ssize_t> strides(shape.size(), 1);
   if (shape.size() == 2) strides[0] = shape[1];
-  return py::array_t<uint8_t>(shape, strides, data + head, owner);
+  return py::array_t<uint8_t>(shape, strides, owned->data + head, owner);
+}
+
+// Rows for read_batch and stream: offsets (whole numbers >= 0) and, when given,
+// one file index per offset.
+std::pair<std::vector<uint64_t>, std::vector<uint32_t>> rows_of(
+    const pod_init::DirectReader& r, const py::object& offset_values,
+    const std::optional<py::object>& file_values) {
+  auto offsets = whole_numbers(py::array::ensure(offset_values), "offsets");
+  if (offsets.ndim() != 1) throw py::value_error("offsets must be one-dimensional");
+  std::vector<uint64_t> at(static_cast<size_t>(offsets.size()));
+  for (size_t i = 0; i < at.size(); ++i) {
+    if (offsets.data()[i] < 0) {
+      throw py::value_error("offsets must be >= 0, not " + std::to_string(offsets.data()[i]));
+    }
+    at[i] = static_cast<uint64_t>(offsets.data()[i]);
+  }
+  std::vector<uint32_t> file_of;
+  if (!file_values) return {std::move(at), std::move(file_of)};
+  auto files = whole_numbers(py::array::ensure(*file_values), "files");
+  if (files.ndim() != 1 || static_cast<size_t>(files.size()) != at.size()) {
+    throw py::value_error("files must be one-dimensional, one index per offset");
+  }
+  file_of.resize(at.size());
+  for (size_t i = 0; i < at.size(); ++i) {
+    int64_t file = files.data()[i];
+    if (file < 0 || static_cast<uint64_t>(file) >= r.file_count()) {
+      throw py::value_error("file index " + std::to_string(file) +
+                            " out of range: the reader holds " + std::to_string(r.file_count()) +
+                            " files");
+    }
+    file_of[i] = static_cast<uint32_t>(file);
+  }
+  return {std::move(at), std::move(file_of)};
 }
 
 py::dict stats_dict(const pod_init::ReaderStats& stats) {
@@ -114,6 +154,7 @@ py::dict stats_dict(const pod_init::ReaderStats& stats) {
   out["reads"] = stats.reads;
   out["bytes"] = stats.bytes;
   out["ios"] = stats.ios;
+  out["fixed_ios"] = stats.fixed_ios;
   out["page_cache_reads"] = stats.page_cache_reads;
   out["io_latency_us"] = latency;
   out["io_latency_histogram_ns"] = buckets;
@@ -184,11 +225,14 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "aligned_empty",
       [](const py::int_& nbytes) {
-        pod_init::AlignedBuffer buffer(non_negative(nbytes, "nbytes"));
-        if (buffer.data() == nullptr) throw std::bad_alloc();  // MemoryError
-        return owning_array(buffer.release(), 0, {static_cast<py::ssize_t>(buffer.size())});
+        uint64_t size = non_negative(nbytes, "nbytes");
+        pod_init::OwnedBlock block(size);
+        if (block.data() == nullptr) throw std::bad_alloc();  // MemoryError
+        return owning_array(std::move(block), 0, {static_cast<py::ssize_t>(size)});
       },
-      py::arg("nbytes"), "A page-aligned uint8 array (uninitialised) that owns its memory.");
+      py::arg("nbytes"),
+      "A page-aligned uint8 array (uninitialised) from the reader's pool, whose memory the "
+      "ring registers on first use.");
 
   m.def(
       "expand_nodelist",
@@ -368,6 +412,40 @@ PYBIND11_MODULE(_native, m) {
   m.def("end_children", &pod_init::end_children,
         "KILLs and reaps every process still a child of this one; returns how many.");
 
+  using Stream = pod_init::DirectReader::Stream;
+  py::class_<Stream>(m, "ReadStream")
+      .def("__iter__", [](py::object self) { return self; })
+      .def("__next__",
+           [](Stream& s) {
+             Stream::Item item;
+             bool more = false;
+             {
+               py::gil_scoped_release release;
+               more = s.next(&item);
+             }
+             if (!more) throw py::stop_iteration();
+             auto length = static_cast<py::ssize_t>(s.length());
+             if (s.batch() == 0) return owning_array(std::move(item.block), item.head, {length});
+             return owning_array(std::move(item.block), 0,
+                                 {static_cast<py::ssize_t>(item.rows), length});
+           })
+      .def("close", &Stream::close, py::call_guard<py::gil_scoped_release>(),
+           "Waits for the reads in flight and frees the rows ahead; later next() raises "
+           "ValueError.")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__",
+           [](Stream& s, const py::args&) {
+             py::gil_scoped_release release;
+             s.close();
+           })
+      .def(
+          "stats", [](const Stream& s) { return stats_dict(s.stats()); },
+          "As DirectReader.stats(), for this stream's reads.")
+      .def_property_readonly("remaining", &Stream::remaining, "Rows not yet returned.")
+      .def_property_readonly("depth", &Stream::depth)
+      .def_property_readonly("backend", &Stream::backend)
+      .def_property_readonly("closed", &Stream::closed);
+
   py::class_<pod_init::DirectReader>(m, "DirectReader")
       .def(py::init([](const std::variant<std::string, std::vector<std::string>>& path,
                        int64_t queue_depth, const std::string& backend, bool page_cache) {
@@ -398,7 +476,7 @@ PYBIND11_MODULE(_native, m) {
               span = r.read(off, len, static_cast<uint32_t>(only_file(r, "path")));
             }
             size_t head = span.head, got = span.length;
-            return owning_array(span.buffer.release(), head, {static_cast<py::ssize_t>(got)});
+            return owning_array(std::move(span.buffer), head, {static_cast<py::ssize_t>(got)});
           },
           py::arg("offset"), py::arg("length"),
           "length bytes at offset as an owning uint8 array (shorter at the end of the file).")
@@ -423,34 +501,7 @@ PYBIND11_MODULE(_native, m) {
              std::optional<py::buffer> out,
              const std::optional<py::object>& file_values) -> py::object {
             uint64_t len = non_negative(length, "length");
-            auto offsets = whole_numbers(py::array::ensure(offset_values), "offsets");
-            if (offsets.ndim() != 1) throw py::value_error("offsets must be one-dimensional");
-            std::vector<uint64_t> at(static_cast<size_t>(offsets.size()));
-            for (size_t i = 0; i < at.size(); ++i) {
-              if (offsets.data()[i] < 0) {
-                throw py::value_error("offsets must be >= 0, not " +
-                                      std::to_string(offsets.data()[i]));
-              }
-              at[i] = static_cast<uint64_t>(offsets.data()[i]);
-            }
-            std::vector<uint32_t> file_of;
-            std::optional<py::array_t<int64_t, py::array::c_style | py::array::forcecast>> files;
-            if (file_values) files = whole_numbers(py::array::ensure(*file_values), "files");
-            if (files) {
-              if (files->ndim() != 1 || static_cast<size_t>(files->size()) != at.size()) {
-                throw py::value_error("files must be one-dimensional, one index per offset");
-              }
-              file_of.resize(at.size());
-              for (size_t i = 0; i < at.size(); ++i) {
-                int64_t file = files->data()[i];
-                if (file < 0 || static_cast<uint64_t>(file) >= r.file_count()) {
-                  throw py::value_error("file index " + std::to_string(file) +
-                                        " out of range: the reader holds " +
-                                        std::to_string(r.file_count()) + " files");
-                }
-                file_of[i] = static_cast<uint32_t>(file);
-              }
-            }
+            auto [at, file_of] = rows_of(r, offset_values, file_values);
             if (out) {
               py::buffer_info info = out->request(true);
               size_t bytes = static_cast<size_t>(info.size * info.itemsize);
@@ -463,13 +514,13 @@ PYBIND11_MODULE(_native, m) {
               r.read_batch_into(at, len, dst, file_of);
               return *out;
             }
-            pod_init::AlignedBuffer rows;
+            pod_init::OwnedBlock rows;
             {
               py::gil_scoped_release release;
               rows = r.read_batch(at, len, file_of);
             }
             return owning_array(
-                rows.release(), 0,
+                std::move(rows), 0,
                 {static_cast<py::ssize_t>(at.size()), static_cast<py::ssize_t>(len)});
           },
           py::arg("offsets"), py::arg("length"), py::arg("out") = py::none(),
@@ -477,6 +528,26 @@ PYBIND11_MODULE(_native, m) {
           "Rows of length bytes, one per offset (in file files[i], else the only file), all read "
           "with the queue kept full; into `out` (reused between calls) when given, else a new "
           "(n, length) uint8 array.")
+      .def(
+          "stream",
+          [](pod_init::DirectReader& r, const py::object& offset_values, const py::int_& length,
+             std::optional<int64_t> depth, const std::optional<py::object>& file_values,
+             std::optional<int64_t> batch) {
+            uint64_t len = non_negative(length, "length");
+            auto [at, file_of] = rows_of(r, offset_values, file_values);
+            if (batch && *batch < 1) {
+              throw py::value_error("batch must be >= 1, not " + std::to_string(*batch));
+            }
+            int64_t in_flight = depth ? *depth : static_cast<int64_t>(r.queue_depth());
+            py::gil_scoped_release release;
+            return r.stream(std::move(at), len, std::move(file_of),
+                            batch ? static_cast<size_t>(*batch) : 0, in_flight);
+          },
+          py::arg("offsets"), py::arg("length"), py::arg("depth") = py::none(),
+          py::arg("files") = py::none(), py::arg("batch") = py::none(),
+          "An iterator over the rows (each a uint8 array of length bytes), or over batches of "
+          "`batch` rows ((rows, length) arrays), in order, with `depth` reads (default: the "
+          "reader's queue depth) kept in flight while the caller works.")
       .def(
           "stats", [](const pod_init::DirectReader& r) { return stats_dict(r.stats()); },
           "reads, bytes, ios, page_cache_reads and the IO latency (µs percentiles, histogram).")
@@ -514,4 +585,18 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("backend", &pod_init::DirectReader::backend, "io_uring or pread.")
       .def_property_readonly("backend_note", &pod_init::DirectReader::backend_note)
       .def_property_readonly("closed", &pod_init::DirectReader::closed);
+
+  m.def(
+      "memory_stats",
+      [] {
+        pod_init::IoMemoryStats stats = pod_init::IoMemory::instance().stats();
+        py::dict out;
+        out["arena_bytes"] = stats.arena_bytes;
+        out["large_bytes"] = stats.large_bytes;
+        out["blocks_in_use"] = stats.blocks_in_use;
+        out["regions_retired"] = stats.regions_retired;
+        return out;
+      },
+      "The pool behind read(), read_batch(), aligned_empty() and the streams: arena bytes "
+      "(mapped once, kept), bytes of large blocks in use, blocks in use, large blocks returned.");
 }

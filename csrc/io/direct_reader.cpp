@@ -1,5 +1,6 @@
 #include "io/direct_reader.hpp"
 
+#include <fcntl.h>
 #include <pthread.h>
 
 #include <algorithm>
@@ -31,26 +32,10 @@ bool is_aligned(const void* p, uint64_t alignment) {
 
 }  // namespace
 
-// One read issued to the kernel: [offset, offset + length) into `io` (the
-// caller's memory, or a bounce slot). Of it, the caller wants [want_lo, want_hi),
-// copied to `copy_to` when it went through a slot.
-struct DirectReader::Piece {
-  uint32_t file = 0;
-  uint64_t offset = 0;
-  uint32_t length = 0;
-  uint8_t* io = nullptr;  // nullptr: take a bounce slot when submitting
-  uint64_t want_lo = 0, want_hi = 0;
-  uint8_t* copy_to = nullptr;
-  uint64_t submitted_ns = 0;
-  int64_t result = 0;
-  uint64_t delivered = 0;  // bytes of [want_lo, want_hi) that arrived
-};
-
-// The wanted bytes that arrived, up to the first piece that came back short
-// (the end of the file).
-uint64_t DirectReader::contiguous_bytes(const std::vector<Piece>& pieces) {
+uint64_t DirectReader::contiguous_bytes(const PieceQueue& queue, size_t count) {
   uint64_t total = 0;
-  for (const Piece& piece : pieces) {
+  for (size_t i = 0; i < count; ++i) {
+    const Piece& piece = queue.front(i);
     total += piece.delivered;
     if (piece.delivered < piece.want_hi - piece.want_lo) break;
   }
@@ -63,11 +48,7 @@ DirectReader::DirectReader(std::vector<std::string> paths, int64_t queue_depth,
       depth_(static_cast<unsigned>(std::clamp<int64_t>(queue_depth, 1, kMaxQueueDepth))),
       choice_(backend),
       page_cache_(page_cache) {
-  if (queue_depth < 1 || queue_depth > kMaxQueueDepth) {
-    throw InputError("", 0,
-                     "queue_depth must be from 1 to " + std::to_string(kMaxQueueDepth) + ", not " +
-                         std::to_string(queue_depth));
-  }
+  check_depth(queue_depth, "queue_depth");
   if (paths_.empty()) throw InputError("", 0, "no files to read");
   register_atfork();
   try {
@@ -139,6 +120,27 @@ void DirectReader::check_range(uint64_t offset, uint64_t length) {
   }
 }
 
+void DirectReader::check_depth(int64_t depth, const char* what) {
+  if (depth < 1 || depth > kMaxQueueDepth) {
+    throw InputError("", 0,
+                     std::string(what) + " must be from 1 to " + std::to_string(kMaxQueueDepth) +
+                         ", not " + std::to_string(depth));
+  }
+}
+
+void DirectReader::check_rows(const std::vector<uint64_t>& offsets, uint64_t length,
+                              const std::vector<uint32_t>& files) {
+  check_open(0);
+  if (!files.empty() && files.size() != offsets.size()) {
+    throw InputError("", 0,
+                     std::to_string(offsets.size()) + " offsets but " +
+                         std::to_string(files.size()) + " file indices");
+  }
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    check_window(files.empty() ? 0 : files[i], offsets[i], length);
+  }
+}
+
 void DirectReader::check_window(uint32_t file, uint64_t offset, uint64_t length) {
   check_open(file);
   check_range(offset, length);
@@ -201,18 +203,18 @@ void DirectReader::ensure_backend() {
   backend_thread_ = std::this_thread::get_id();
 }
 
-void DirectReader::plan(uint32_t file, uint64_t offset, uint64_t length, uint8_t* dst,
-                        bool dst_is_span, std::vector<Piece>* pieces) {
-  const uint64_t align = files_[file].offset_align;
+void DirectReader::plan(const DirectFile& file, uint32_t index, uint64_t offset, uint64_t length,
+                        uint8_t* dst, bool dst_is_span, PieceQueue* queue) {
+  const uint64_t align = file.offset_align;
   const uint64_t start = align_down(offset, align);
   const uint64_t end = align_up(offset + length, align);
   // Straight into the caller's memory when the kernel can DMA there as asked.
   const bool direct_ok = dst_is_span || (start == offset && end == offset + length &&
-                                         is_aligned(dst, files_[file].memory_align));
+                                         is_aligned(dst, file.memory_align));
   const uint64_t step = direct_ok ? kMaxIo : kSlotSize;
   for (uint64_t at = start; at < end; at += step) {
     Piece piece;
-    piece.file = file;
+    piece.file = index;
     piece.offset = at;
     piece.length = static_cast<uint32_t>(std::min(step, end - at));
     piece.want_lo = std::max(at, offset);
@@ -222,71 +224,7 @@ void DirectReader::plan(uint32_t file, uint64_t offset, uint64_t length, uint8_t
     } else {
       piece.copy_to = dst + (piece.want_lo - offset);
     }
-    pieces->push_back(piece);
-  }
-}
-
-void DirectReader::run(std::vector<Piece>* pieces) {
-  std::vector<IoCompletion> completions;
-  size_t next = 0, in_flight = 0;
-  // The first -errno and its file; no new reads after it, but every issued one is waited for.
-  int64_t failure = 0;
-  uint32_t failed_file = 0;
-  auto submit = [&](Piece& piece, uint64_t tag) {
-    piece.submitted_ns = monotonic_ns();
-    int rc = backend_->submit({tag, piece.file, piece.io, piece.offset, piece.length});
-    if (rc < 0) {
-      failure = rc;
-      failed_file = piece.file;
-    } else {
-      ++in_flight;
-    }
-  };
-  while ((next < pieces->size() && failure == 0) || in_flight > 0) {
-    while (next < pieces->size() && in_flight < depth_ && failure == 0) {
-      Piece& piece = (*pieces)[next];
-      if (piece.io == nullptr && (piece.io = pool_->acquire()) == nullptr) break;
-      submit(piece, next++);
-    }
-    if (in_flight == 0) break;
-    completions.clear();
-    int rc = backend_->reap(&completions);
-    if (rc < 0) {
-      // The kernel may still write into these buffers: nothing safe remains to do.
-      throw SysError(-rc, "wait for reads in flight");
-    }
-    uint64_t done_ns = monotonic_ns();
-    for (const IoCompletion& completion : completions) {
-      Piece& piece = (*pieces)[completion.tag];
-      --in_flight;
-      if ((completion.result == -EAGAIN || completion.result == -EINTR) && failure == 0) {
-        submit(piece, completion.tag);
-        continue;
-      }
-      stats_.io_latency.record(done_ns - piece.submitted_ns);
-      ++stats_.ios;
-      piece.result = completion.result;
-      if (completion.result < 0) {
-        if (failure == 0) failed_file = piece.file;
-        if (failure == 0) failure = completion.result;
-      } else {
-        uint64_t hi =
-            std::min(piece.offset + static_cast<uint64_t>(completion.result), piece.want_hi);
-        piece.delivered = hi > piece.want_lo ? hi - piece.want_lo : 0;
-      }
-      if (piece.copy_to != nullptr) {
-        std::memcpy(piece.copy_to, piece.io + (piece.want_lo - piece.offset), piece.delivered);
-        pool_->release(piece.io);
-        piece.io = nullptr;
-      }
-    }
-  }
-  if (failure < 0) {
-    for (Piece& piece : *pieces) {
-      if (piece.copy_to != nullptr && piece.io != nullptr) pool_->release(piece.io);
-      if (piece.copy_to != nullptr) piece.io = nullptr;
-    }
-    throw SysError(static_cast<int>(-failure), "read", paths_[failed_file]);
+    queue->push(piece);
   }
 }
 
@@ -304,16 +242,16 @@ DirectReader::Span DirectReader::read(uint64_t offset, uint64_t length, uint32_t
   Span span;
   const uint64_t align = files_[file].offset_align;
   const uint64_t start = align_down(offset, align);
-  span.buffer = AlignedBuffer(length == 0 ? 0 : align_up(offset + length, align) - start);
+  span.buffer = OwnedBlock(length == 0 ? 0 : align_up(offset + length, align) - start);
   if (span.buffer.data() == nullptr)
     throw SysError(ENOMEM, "allocate a buffer to read", paths_[file]);
   span.head = offset - start;
   if (length == 0) return span;
-  std::vector<Piece> pieces;
-  plan(file, offset, length, span.buffer.data(), true, &pieces);
   ensure_backend();
-  run(&pieces);
-  span.length = contiguous_bytes(pieces);
+  PieceQueue queue(backend_.get(), pool_.get(), &paths_, &stats_);
+  plan(files_[file], file, offset, length, span.buffer.data(), true, &queue);
+  queue.wait_all();
+  span.length = contiguous_bytes(queue, queue.size());
   ++stats_.reads;
   stats_.bytes += span.length;
   return span;
@@ -324,22 +262,22 @@ size_t DirectReader::read_into(uint8_t* dst, size_t length, uint64_t offset, uin
   check_open(file);
   check_range(offset, length);
   if (length == 0) return 0;
-  std::vector<Piece> pieces;
-  plan(file, offset, length, dst, false, &pieces);
   ensure_backend();
-  run(&pieces);
-  size_t total = contiguous_bytes(pieces);
+  PieceQueue queue(backend_.get(), pool_.get(), &paths_, &stats_);
+  plan(files_[file], file, offset, length, dst, false, &queue);
+  queue.wait_all();
+  size_t total = contiguous_bytes(queue, queue.size());
   ++stats_.reads;
   stats_.bytes += total;
   return total;
 }
 
-AlignedBuffer DirectReader::read_batch(const std::vector<uint64_t>& offsets, size_t length,
-                                       const std::vector<uint32_t>& files) {
+OwnedBlock DirectReader::read_batch(const std::vector<uint64_t>& offsets, size_t length,
+                                    const std::vector<uint32_t>& files) {
   if (length != 0 && offsets.size() > SIZE_MAX / length) {
     throw InputError("", 0, "offsets x length overflows");
   }
-  AlignedBuffer out(offsets.size() * length);
+  OwnedBlock out(offsets.size() * length);
   if (out.data() == nullptr) throw SysError(ENOMEM, "allocate a batch buffer");
   read_batch_into(offsets, length, out.data(), files);
   return out;
@@ -348,16 +286,11 @@ AlignedBuffer DirectReader::read_batch(const std::vector<uint64_t>& offsets, siz
 void DirectReader::read_batch_into(const std::vector<uint64_t>& offsets, size_t length,
                                    uint8_t* dst, const std::vector<uint32_t>& files) {
   std::lock_guard<std::mutex> lock(mutex_);
-  check_open(0);
-  if (!files.empty() && files.size() != offsets.size()) {
-    throw InputError("", 0,
-                     std::to_string(offsets.size()) + " offsets but " +
-                         std::to_string(files.size()) + " file indices");
-  }
+  check_rows(offsets, length, files);
   auto file_of = [&](size_t row) { return files.empty() ? 0u : files[row]; };
-  for (size_t i = 0; i < offsets.size(); ++i) check_window(file_of(i), offsets[i], length);
   if (length == 0 || offsets.empty()) return;
-  std::vector<Piece> pieces;
+  ensure_backend();
+  PieceQueue queue(backend_.get(), pool_.get(), &paths_, &stats_);
   uint64_t from_cache = 0;
   for (size_t i = 0; i < offsets.size(); ++i) {
     uint8_t* row = dst + i * length;
@@ -365,12 +298,12 @@ void DirectReader::read_batch_into(const std::vector<uint64_t>& offsets, size_t 
       ++from_cache;
       continue;
     }
-    plan(file_of(i), offsets[i], length, row, false, &pieces);
+    plan(files_[file_of(i)], file_of(i), offsets[i], length, row, false, &queue);
   }
-  ensure_backend();
-  run(&pieces);
-  for (const Piece& piece : pieces) {
+  queue.wait_all();
+  for (size_t i = 0; i < queue.size(); ++i) {
     // Checked against the size above: the file shrank while we read.
+    const Piece& piece = queue.front(i);
     if (piece.delivered < piece.want_hi - piece.want_lo) {
       throw SysError(ENODATA, "read (the file shrank since it was opened)", paths_[piece.file]);
     }
@@ -383,6 +316,179 @@ void DirectReader::read_batch_into(const std::vector<uint64_t>& offsets, size_t 
 ReaderStats DirectReader::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return stats_;
+}
+
+std::unique_ptr<DirectReader::Stream> DirectReader::stream(std::vector<uint64_t> offsets,
+                                                           size_t length,
+                                                           std::vector<uint32_t> files,
+                                                           size_t batch, int64_t depth) {
+  check_depth(depth, "depth");
+  std::lock_guard<std::mutex> lock(mutex_);
+  check_rows(offsets, length, files);
+  if (batch != 0 && length != 0 && batch > SIZE_MAX / length) {
+    throw InputError("", 0, "batch x length overflows");
+  }
+  return std::unique_ptr<Stream>(new Stream(*this, std::move(offsets), length, std::move(files),
+                                            batch, static_cast<unsigned>(depth)));
+}
+
+DirectReader::Stream::Stream(const DirectReader& reader, std::vector<uint64_t> offsets,
+                             size_t length, std::vector<uint32_t> files, size_t batch,
+                             unsigned depth)
+    : paths_(reader.paths_),
+      offsets_(std::move(offsets)),
+      file_of_(std::move(files)),
+      length_(length),
+      batch_(batch),
+      depth_(depth),
+      fork_generation_(g_fork_generation.load()),
+      thread_(std::this_thread::get_id()) {
+  try {
+    for (size_t i = 0; i < reader.files_.size(); ++i) {
+      DirectFile file = reader.files_[i];
+      if ((file.fd = fcntl(file.fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+        throw SysError(errno, "dup", paths_[i]);
+      }
+      files_.push_back(file);
+      if (reader.page_cache_) {
+        ResidentMap map;
+        if (int rc = map.map(file.fd, file.size); rc < 0) throw SysError(-rc, "mmap", paths_[i]);
+        resident_.push_back(std::move(map));
+      }
+    }
+    int rc = bounce_.init(kSlotSize, depth_);
+    if (rc < 0) throw SysError(-rc, "map bounce buffers");
+    std::vector<int> fds;
+    for (const DirectFile& file : files_) fds.push_back(file.fd);
+    bool pread = reader.choice_ == BackendChoice::Pread ||
+                 std::string(reader.backend_ ? reader.backend_->name() : "") == "pread";
+    if (!pread && (rc = make_uring_backend(fds, depth_, &bounce_, &backend_)) < 0) {
+      throw SysError(-rc, "io_uring_setup");
+    }
+    if (!backend_) backend_ = make_pread_backend(std::move(fds), depth_);
+    queue_ = std::make_unique<PieceQueue>(backend_.get(), &bounce_, &paths_, &stats_);
+    plan_ahead();
+  } catch (...) {
+    close_locked();
+    throw;
+  }
+}
+
+DirectReader::Stream::~Stream() { close(); }
+
+void DirectReader::Stream::close() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  close_locked();
+}
+
+void DirectReader::Stream::close_locked() {
+  if (fork_generation_ != g_fork_generation.load()) {
+    // In a forked child the ring and the bounce slots are the parent's: leave them be.
+    (void)queue_.release();
+    (void)backend_.release();
+    bounce_.abandon();
+  }
+  queue_.reset();  // waits for the reads in flight before their memory goes
+  units_.clear();
+  backend_.reset();
+  resident_.clear();
+  for (DirectFile& file : files_) close_direct(&file);
+  files_.clear();
+}
+
+bool DirectReader::Stream::closed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !queue_;
+}
+
+size_t DirectReader::Stream::remaining() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return offsets_.size() - returned_rows_;
+}
+
+std::string DirectReader::Stream::backend() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return backend_ ? backend_->name() : "closed";
+}
+
+ReaderStats DirectReader::Stream::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+// Plans rows until twice the depth is queued (so the ring stays full while the
+// caller works on the front), and always the front unit.
+void DirectReader::Stream::plan_ahead() {
+  const size_t rows_per_unit = batch_ == 0 ? 1 : batch_;
+  while (planned_rows_ < offsets_.size() && (units_.empty() || queue_->size() < 2 * depth_)) {
+    size_t rows = std::min(rows_per_unit, offsets_.size() - planned_rows_);
+    Unit unit;
+    size_t before = queue_->size();
+    if (batch_ == 0) {
+      const DirectFile& file = files_[file_of_.empty() ? 0 : file_of_[planned_rows_]];
+      uint64_t offset = offsets_[planned_rows_];
+      uint64_t start = align_down(offset, file.offset_align);
+      uint64_t end = align_up(offset + length_, file.offset_align);
+      unit.block = OwnedBlock(length_ == 0 ? 0 : end - start);
+      unit.head = offset - start;
+    } else {
+      unit.block = OwnedBlock(rows * length_);
+    }
+    if (unit.block.data() == nullptr) throw SysError(ENOMEM, "allocate a stream buffer");
+    for (size_t row = 0; row < rows && length_ > 0; ++row) {
+      size_t index = planned_rows_ + row;
+      uint32_t file = file_of_.empty() ? 0 : file_of_[index];
+      uint8_t* dst = unit.block.data() + (batch_ == 0 ? 0 : row * length_);
+      if (!resident_.empty() &&
+          resident_[file].copy_if_resident(offsets_[index], length_,
+                                           dst + (batch_ == 0 ? unit.head : 0))) {
+        ++stats_.page_cache_reads;
+        continue;
+      }
+      DirectReader::plan(files_[file], file, offsets_[index], length_, dst, batch_ == 0,
+                         queue_.get());
+    }
+    unit.rows = rows;
+    unit.pieces = queue_->size() - before;
+    planned_rows_ += rows;
+    units_.push_back(std::move(unit));
+  }
+}
+
+bool DirectReader::Stream::next(Item* item) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!queue_) throw InputError("", 0, "next() on a closed stream (" + paths_[0] + ")");
+  if (fork_generation_ != g_fork_generation.load()) {
+    throw InputError("", 0, "a stream belongs to the process that made it: make one after fork");
+  }
+  if (backend_->single_thread() && thread_ != std::this_thread::get_id()) {
+    throw InputError("", 0, "an io_uring stream belongs to the thread that made it");
+  }
+  if (units_.empty()) return false;
+  Unit& unit = units_.front();
+  try {
+    queue_->wait_for_first(unit.pieces);
+    for (size_t i = 0; i < unit.pieces; ++i) {
+      const Piece& piece = queue_->front(i);
+      if (piece.delivered < piece.want_hi - piece.want_lo) {
+        throw SysError(ENODATA, "read (the file shrank since it was opened)", paths_[piece.file]);
+      }
+    }
+    queue_->pop_front(unit.pieces);
+    item->block = std::move(unit.block);
+    item->head = unit.head;
+    item->rows = unit.rows;
+    units_.pop_front();
+    returned_rows_ += item->rows;
+    stats_.reads += item->rows;
+    stats_.bytes += item->rows * length_;
+    plan_ahead();
+    queue_->fill();
+  } catch (...) {
+    close_locked();
+    throw;
+  }
+  return true;
 }
 
 }  // namespace pod_init

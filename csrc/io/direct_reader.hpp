@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -17,19 +18,20 @@
 #include "io/aligned_buffer.hpp"
 #include "io/detail/direct_file.hpp"
 #include "io/detail/io_backend.hpp"
+#include "io/detail/piece_queue.hpp"
 #include "io/detail/resident_map.hpp"
-#include "io/latency_histogram.hpp"
+#include "io/io_memory.hpp"
 
 namespace pod_init {
 
 enum class BackendChoice { Auto, IoUring, Pread };
 
-struct ReaderStats {
-  uint64_t reads = 0;             // requests: one per read()/read_into(), one per read_batch() row
-  uint64_t bytes = 0;             // bytes handed to the caller
-  uint64_t ios = 0;               // reads issued to the kernel
+// IoCounters: the reads issued to the kernel, how many went through
+// registered memory, and their latency (submit to completion).
+struct ReaderStats : IoCounters {
+  uint64_t reads = 0;  // requests: one per read()/read_into(), one per batch or stream row
+  uint64_t bytes = 0;  // bytes handed to the caller
   uint64_t page_cache_reads = 0;  // requests copied from resident pages instead
-  LatencyHistogram io_latency;    // submit to completion of each of those
 };
 
 inline constexpr int64_t kMaxQueueDepth = 4096;
@@ -67,37 +69,50 @@ class DirectReader {
   // Why auto chose pread, or what io_uring runs without; "" when nothing to say.
   std::string backend_note() const;
 
+  // Blocks come from IoMemory: reused, already faulted in, registered with the ring.
   struct Span {
-    AlignedBuffer buffer;  // the aligned superset that was read
-    size_t head = 0;       // where the requested bytes start in it
-    size_t length = 0;     // how many of them there are (short at end of file)
+    OwnedBlock buffer;  // the aligned superset that was read
+    size_t head = 0;    // where the requested bytes start in it
+    size_t length = 0;  // how many of them there are (short at end of file)
   };
   Span read(uint64_t offset, uint64_t length, uint32_t file = 0);
   // Reads length bytes at offset into dst; returns the bytes read (short at end of file).
   size_t read_into(uint8_t* dst, size_t length, uint64_t offset, uint32_t file = 0);
   // Row i holds the length bytes at offsets[i] of file files[i] (of file 0 when
   // `files` is empty); every window must lie inside its file.
-  AlignedBuffer read_batch(const std::vector<uint64_t>& offsets, size_t length,
-                           const std::vector<uint32_t>& files = {});
+  OwnedBlock read_batch(const std::vector<uint64_t>& offsets, size_t length,
+                        const std::vector<uint32_t>& files = {});
   // The same into the caller's rows (offsets.size() x length bytes at dst), so a
   // loop can reuse one buffer (pinned memory, say) instead of faulting in new pages.
   void read_batch_into(const std::vector<uint64_t>& offsets, size_t length, uint8_t* dst,
                        const std::vector<uint32_t>& files = {});
+
+  class Stream;
+  // Rows (batch == 0) or batches of `batch` rows, in order, with `depth` reads
+  // kept in flight between calls; windows are checked here, as read_batch's.
+  std::unique_ptr<Stream> stream(std::vector<uint64_t> offsets, size_t length,
+                                 std::vector<uint32_t> files, size_t batch, int64_t depth);
 
   ReaderStats stats() const;
   void close();
   bool closed() const { return files_.empty() || files_[0].fd < 0; }
 
  private:
-  struct Piece;
   void check_open(uint32_t file) const;
   static void check_range(uint64_t offset, uint64_t length);
   void check_window(uint32_t file, uint64_t offset, uint64_t length);
+  static void check_depth(int64_t depth, const char* what);
+  // Every row's window lies in its file (call with mutex_ held).
+  void check_rows(const std::vector<uint64_t>& offsets, uint64_t length,
+                  const std::vector<uint32_t>& files);
   void ensure_backend();  // call with mutex_ held
-  void plan(uint32_t file, uint64_t offset, uint64_t length, uint8_t* dst, bool dst_is_span,
-            std::vector<Piece>* pieces);
-  void run(std::vector<Piece>* pieces);
-  static uint64_t contiguous_bytes(const std::vector<Piece>& pieces);
+  // The IOs that read [offset, offset + length) of `file` to dst: straight
+  // into it when it can take them (dst_is_span: dst is the aligned superset),
+  // else through bounce slots.
+  static void plan(const DirectFile& file, uint32_t index, uint64_t offset, uint64_t length,
+                   uint8_t* dst, bool dst_is_span, PieceQueue* queue);
+  // The wanted bytes of the first `count` pieces up to the first short one (the end of the file).
+  static uint64_t contiguous_bytes(const PieceQueue& queue, size_t count);
 
   std::vector<std::string> paths_;
   unsigned depth_;
@@ -111,6 +126,68 @@ class DirectReader {
   std::unique_ptr<IoBackend> backend_;
   std::thread::id backend_thread_;  // the thread that made backend_
   std::string backend_note_;
+  ReaderStats stats_;
+};
+
+// A stream owns duplicates of the reader's descriptors, its own ring and
+// bounce slots, and the blocks of the rows ahead: closing the reader leaves it
+// working, and dropping it waits for its reads in flight. It belongs to the
+// process and (with io_uring) the thread that made it.
+class DirectReader::Stream {
+ public:
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  struct Item {
+    OwnedBlock block;
+    size_t head = 0;  // where the first row starts in block
+    size_t rows = 0;  // 1 per row without batches
+  };
+  // The next row or batch; false at the end. Throws SysError for a failed read
+  // (the stream is then closed) and InputError when closed or used from
+  // another process or thread.
+  bool next(Item* item);
+  void close();  // waits for the reads in flight
+  bool closed() const;
+  size_t length() const { return length_; }
+  size_t batch() const { return batch_; }
+  size_t remaining() const;  // rows not yet returned
+  unsigned depth() const { return depth_; }
+  std::string backend() const;
+  ReaderStats stats() const;
+
+ private:
+  friend class DirectReader;
+  Stream(const DirectReader& reader, std::vector<uint64_t> offsets, size_t length,
+         std::vector<uint32_t> files, size_t batch, unsigned depth);
+  void plan_ahead();  // call with mutex_ held
+  void close_locked();
+
+  struct Unit {
+    OwnedBlock block;
+    size_t head = 0;
+    size_t rows = 0;
+    size_t pieces = 0;  // of the queue's, in order
+  };
+
+  std::vector<std::string> paths_;
+  std::vector<DirectFile> files_;      // duplicated descriptors
+  std::vector<ResidentMap> resident_;  // with the reader's page_cache
+  std::vector<uint64_t> offsets_;
+  std::vector<uint32_t> file_of_;
+  size_t length_;
+  size_t batch_;
+  unsigned depth_;
+  uint64_t fork_generation_;
+  std::thread::id thread_;
+  mutable std::mutex mutex_;
+  BufferPool bounce_;
+  std::unique_ptr<IoBackend> backend_;
+  std::unique_ptr<PieceQueue> queue_;
+  std::deque<Unit> units_;  // planned, in order
+  size_t planned_rows_ = 0;
+  size_t returned_rows_ = 0;
   ReaderStats stats_;
 };
 

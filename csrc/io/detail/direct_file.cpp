@@ -57,22 +57,31 @@ int open_direct(const std::string& path, DirectFile* file) {
   }
   if (fd < 0) return -errno;
 
+  int rc = describe_direct(fd, direct, file);
+  if (rc < 0) close(fd);
+  return rc;
+}
+
+int describe_direct(int fd, bool direct, DirectFile* file) {
+  *file = {};
   KernelStatx st;
   int rc = kernel_statx(fd, kStatxType | kStatxSize | kStatxDioAlign, &st);
   uint32_t type = st.mode & S_IFMT;
   if (rc == 0 && type == S_IFDIR) rc = -EISDIR;
   if (rc == 0 && type != S_IFREG && type != S_IFBLK) rc = -EINVAL;
-  if (rc == 0 && fcntl(fd, F_SETFL, direct ? O_DIRECT : 0) < 0) rc = -errno;
-  if (rc < 0) {
-    close(fd);
-    return rc;
+  // Clears the O_NONBLOCK of open_direct(), keeping the access mode's flags.
+  int flags = fcntl(fd, F_GETFL);
+  if (rc == 0 &&
+      (flags < 0 || fcntl(fd, F_SETFL, (flags & ~O_NONBLOCK) | (direct ? O_DIRECT : 0)) < 0)) {
+    rc = -errno;
   }
+  if (rc < 0) return rc;
   file->fd = fd;
   file->direct = direct;
   file->block_device = type == S_IFBLK;
   file->size = st.size;
   if (file->block_device && (rc = block_device_size(fd, &file->size)) < 0) {
-    close_direct(file);
+    file->fd = -1;
     return rc;
   }
   int logical = 0;

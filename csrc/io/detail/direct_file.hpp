@@ -1,4 +1,4 @@
-// Opening a file or raw block device for O_DIRECT reads: the alignment the
+// Opening a file or raw block device for O_DIRECT IO: the alignment the
 // kernel wants, the size, and a buffered fallback where O_DIRECT is refused.
 #pragma once
 
@@ -20,6 +20,10 @@ struct DirectFile {
 // Returns 0 or -errno (-EISDIR for a directory, -EINVAL for other files that
 // cannot be read at offsets, like pipes). Never leaves a descriptor open on failure.
 int open_direct(const std::string& path, DirectFile* file);
+
+// Fills `file` for an open descriptor (its type, size and alignment); the
+// caller keeps fd on failure. Returns 0 or -errno (-EISDIR, -EINVAL as above).
+int describe_direct(int fd, bool direct, DirectFile* file);
 
 // The size now (files grow and shrink while open). Returns 0 or -errno.
 int current_size(const DirectFile& file, uint64_t* size);

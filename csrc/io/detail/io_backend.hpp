@@ -18,6 +18,7 @@ struct IoRequest {
   uint8_t* buffer = nullptr;
   uint64_t offset = 0;
   uint32_t length = 0;
+  bool write = false;  // from buffer to the file
 };
 
 struct IoCompletion {
@@ -34,16 +35,18 @@ class IoBackend {
   virtual unsigned depth() const = 0;
   // True when only the thread that made the backend may use it.
   virtual bool single_thread() const { return false; }
-  // Queues one read; at most depth() may be outstanding. Returns 0 or -errno.
+  // Queues one IO; at most depth() may be outstanding. Returns 1 when it goes
+  // through a registered buffer (no page pinning per IO), 0 when not, or -errno.
   virtual int submit(const IoRequest& request) = 0;
-  // Waits until at least one outstanding read completes and appends every
+  // Waits until at least one outstanding IO completes and appends every
   // completion there is. Returns the number appended or -errno.
   virtual int reap(std::vector<IoCompletion>* completions) = 0;
 };
 
 // Returns 0 or -errno: -ENOSYS (kernel without io_uring), -EPERM (disabled by
-// sysctl or refused by a seccomp sandbox), -ENOMEM... `pool` (may be null) is
-// registered as a fixed buffer when the memlock limit allows.
+// sysctl or refused by a seccomp sandbox), -ENOMEM... `pool` (may be null; it
+// must outlive the backend) and the regions of IoMemory that requests land in
+// are registered as fixed buffers when the kernel and the memlock limit allow.
 int make_uring_backend(const std::vector<int>& fds, unsigned depth, const BufferPool* pool,
                        std::unique_ptr<IoBackend>* backend);
 

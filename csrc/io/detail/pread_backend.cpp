@@ -15,7 +15,7 @@ namespace pod_init {
 namespace {
 
 // The portable path: a thread per slot of queue depth (at most 64), each doing
-// blocking pread()s.
+// blocking pread()s and pwrite()s.
 class PreadBackend : public IoBackend {
  public:
   PreadBackend(std::vector<int> fds, unsigned depth) : fds_(std::move(fds)), depth_(depth) {
@@ -65,8 +65,10 @@ class PreadBackend : public IoBackend {
       lock.unlock();
       ssize_t n;
       do {
-        n = pread(fds_[request.file], request.buffer, request.length,
-                  static_cast<off_t>(request.offset));
+        n = request.write ? pwrite(fds_[request.file], request.buffer, request.length,
+                                   static_cast<off_t>(request.offset))
+                          : pread(fds_[request.file], request.buffer, request.length,
+                                  static_cast<off_t>(request.offset));
       } while (n < 0 && errno == EINTR);
       IoCompletion completion{request.tag, n < 0 ? -static_cast<int64_t>(errno) : n};
       lock.lock();

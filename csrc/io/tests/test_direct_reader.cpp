@@ -86,7 +86,7 @@ TEST_P(ReaderTest, BatchRowsAlignedAndNot) {
   DirectReader reader(path_, 4, GetParam());
   std::vector<uint64_t> offsets = {0, 4096, 12345, data_.size() - 4096, 77};
   for (size_t length : {size_t{4096}, size_t{1000}}) {
-    AlignedBuffer rows = reader.read_batch(offsets, length);
+    OwnedBlock rows = reader.read_batch(offsets, length);
     for (size_t i = 0; i < offsets.size(); ++i) {
       ASSERT_EQ(0, std::memcmp(rows.data() + i * length, data_.data() + offsets[i], length)) << i;
     }
@@ -107,7 +107,7 @@ TEST_P(ReaderTest, OneBatchAcrossFiles) {
   std::vector<uint64_t> offsets = {0, 8192, 333, 4096 * 100, 5};
   std::vector<uint32_t> files = {1, 0, 1, 0, 0};
   const size_t length = 2050;  // a token window: not a multiple of the block
-  AlignedBuffer rows = reader.read_batch(offsets, length, files);
+  OwnedBlock rows = reader.read_batch(offsets, length, files);
   for (size_t i = 0; i < offsets.size(); ++i) {
     const std::vector<uint8_t>& source = files[i] == 0 ? data_ : reversed;
     ASSERT_EQ(0, std::memcmp(rows.data() + i * length, source.data() + offsets[i], length)) << i;
@@ -126,7 +126,7 @@ TEST_P(ReaderTest, ResidentRowsComeFromThePageCache) {
   const size_t length = 3000;
   {
     DirectReader reader(std::vector<std::string>{path_}, 4, GetParam(), true);
-    AlignedBuffer rows = reader.read_batch(offsets, length);
+    OwnedBlock rows = reader.read_batch(offsets, length);
     for (size_t i = 0; i < offsets.size(); ++i)
       ASSERT_EQ(0, std::memcmp(rows.data() + i * length, data_.data() + offsets[i], length));
     EXPECT_EQ(reader.stats().page_cache_reads, offsets.size());
@@ -137,7 +137,7 @@ TEST_P(ReaderTest, ResidentRowsComeFromThePageCache) {
   ASSERT_EQ(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
   close(fd);
   DirectReader reader(std::vector<std::string>{path_}, 4, GetParam(), true);
-  AlignedBuffer rows = reader.read_batch(offsets, length);
+  OwnedBlock rows = reader.read_batch(offsets, length);
   for (size_t i = 0; i < offsets.size(); ++i)
     ASSERT_EQ(0, std::memcmp(rows.data() + i * length, data_.data() + offsets[i], length));
   EXPECT_EQ(reader.stats().page_cache_reads, 0u);
