@@ -259,11 +259,25 @@ class TokenShardDataset(IterableDataset):
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         worker = get_worker_info()
         first, step = (0, 1) if worker is None else (worker.id, worker.num_workers)
-        for batch in range(self.position + first, self.batches, step):
-            x, y = self.batch(batch)
-            if worker is None:
-                self.position = batch + 1
-            yield x, y
+        batches = range(self.position + first, self.batches, step)
+        if len(batches) > 0:
+            # Every window of this process's batches, read through one stream:
+            # the next batches' reads are in flight while this one trains.
+            shards, starts = zip(*(self.windows(batch) for batch in batches), strict=True)
+            shard, start = np.concatenate(shards), np.concatenate(starts)
+            stream = self._open_reader().stream(
+                HEADER_BYTES + start * self.token_bytes,
+                (self.seq_len + 1) * self.token_bytes,
+                depth=self.queue_depth,
+                files=shard,
+                batch=self.batch_size,
+            )
+            with stream:
+                for batch, rows in zip(batches, stream, strict=True):
+                    x, y = self._tensors(rows)
+                    if worker is None:
+                        self.position = batch + 1
+                    yield x, y
         if worker is None:
             self.set_epoch(self.epoch + 1)
 
@@ -284,19 +298,26 @@ class TokenShardDataset(IterableDataset):
         """Batch number ``batch`` of this rank in the current epoch, read with one read_batch."""
         shard, start = self.windows(batch)
         window_bytes = (self.seq_len + 1) * self.token_bytes
-        if self._reader is None:
-            self._reader = DirectReader(self.paths, self.queue_depth, page_cache=True)
         if self._rows is None or self._rows.shape[0] < len(shard):
             self._rows = aligned_empty((self.batch_size, window_bytes))
         rows = self._rows[: len(shard)]
-        self._reader.read_batch(
+        self._open_reader().read_batch(
             HEADER_BYTES + start * self.token_bytes, window_bytes, out=rows, files=shard
         )
+        return self._tensors(rows)
+
+    def _open_reader(self) -> DirectReader:
+        if self._reader is None:
+            self._reader = DirectReader(self.paths, self.queue_depth, page_cache=True)
+        return self._reader
+
+    def _tensors(self, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x, y) of a batch's rows of seq_len + 1 tokens."""
         tokens = torch.from_numpy(rows.view(self.headers[0].dtype))
         pin = self.pin_memory
         if pin is None:  # workers hand batches to the DataLoader, whose pin_memory pins them
             pin = torch.cuda.is_available() and get_worker_info() is None
-        shape = (len(shard), self.seq_len)
+        shape = (rows.shape[0], self.seq_len)
         x = torch.empty(shape, dtype=torch.int64, pin_memory=pin)
         y = torch.empty(shape, dtype=torch.int64, pin_memory=pin)
         x.copy_(tokens[:, :-1])
