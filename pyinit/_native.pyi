@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['DirectReader', 'NcclConfig', 'NodeList', 'ReadStream', 'Topology', 'aligned_empty', 'become_subreaper', 'die_with_parent', 'end_children', 'expand_nodelist', 'load_node_list', 'load_topology', 'memory_stats', 'nccl_config', 'read_boot_id', 'scan_topology', 'supervise']
+__all__: list[str] = ['CHECKSUM_ATTRIBUTE', 'DirectReader', 'DirectWriter', 'NcclConfig', 'NodeList', 'ReadStream', 'Topology', 'aligned_empty', 'become_subreaper', 'crc32c', 'die_with_parent', 'end_children', 'expand_nodelist', 'load_node_list', 'load_topology', 'memory_stats', 'nccl_config', 'read_boot_id', 'scan_topology', 'supervise']
 class Topology:
     def expect_gpus(self, count: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
@@ -194,6 +194,49 @@ class DirectReader:
         """
         Bytes at open, per file.
         """
+class DirectWriter:
+    def __init__(self, path: str, size: int = 0, queue_depth: typing.SupportsInt | typing.SupportsIndex = 16) -> None:
+        """
+        Starts a new file that will replace path on commit(); size (when known) is reserved now, so a disk without room fails before anything is written.
+        """
+    def abort(self) -> None:
+        """
+        Discards the new file; path stays as it was.
+        """
+    def commit(self) -> int:
+        """
+        Syncs the file, renames it over path, syncs the folder; returns the CRC-32C.
+        """
+    def stats(self) -> dict:
+        """
+        bytes, ios (writes issued), fixed_ios and their latency, as DirectReader.stats().
+        """
+    def write(self, data: typing_extensions.Buffer) -> int:
+        """
+        Appends data (any C-contiguous buffer); returns its length.
+        """
+    @property
+    def bytes(self) -> int:
+        """
+        Bytes written so far.
+        """
+    @property
+    def closed(self) -> bool:
+        ...
+    @property
+    def crc(self) -> int:
+        """
+        CRC-32C of those bytes.
+        """
+    @property
+    def direct(self) -> bool:
+        ...
+    @property
+    def note(self) -> str:
+        ...
+    @property
+    def path(self) -> str:
+        ...
 def aligned_empty(nbytes: int) -> numpy.typing.NDArray[numpy.uint8]:
     """
     A page-aligned uint8 array (uninitialised) from the reader's pool, whose memory the ring registers on first use.
@@ -201,6 +244,10 @@ def aligned_empty(nbytes: int) -> numpy.typing.NDArray[numpy.uint8]:
 def become_subreaper() -> None:
     """
     Orphaned descendants re-parent to this process (PR_SET_CHILD_SUBREAPER).
+    """
+def crc32c(data: typing_extensions.Buffer, value: typing.SupportsInt | typing.SupportsIndex = 0) -> int:
+    """
+    CRC-32C of data, continuing `value` (the CRC of what came before).
     """
 def die_with_parent(signal: typing.SupportsInt | typing.SupportsIndex, parent: typing.SupportsInt | typing.SupportsIndex) -> None:
     """
@@ -242,4 +289,5 @@ def supervise(command: collections.abc.Sequence[str], env: collections.abc.Mappi
     """
     Runs command as pod-init's supervisor does: TERM, INT, HUP, USR1, USR2, QUIT and WINCH forwarded (on_signal(signum) for each), every child reaped, KILL grace_s after a forwarded TERM or INT; on_tick() at least every tick_s. Block those signals in every thread first (signal.pthread_sigmask before starting threads). Returns the exit code: the status, 128+N for signal N, 127 not found, 126 not executable. parent_death_signal: sent to the command if this process dies, even by KILL.
     """
+CHECKSUM_ATTRIBUTE: str = 'user.pod-init.crc32c'
 __version__: str = '0.1.0'

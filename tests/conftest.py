@@ -101,3 +101,30 @@ def three_namespaces():
             subprocess.run(["ip", "netns", "pids", ns], capture_output=True)
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         subprocess.run(["ip", "link", "del", bridge], capture_output=True)
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """A 16 MiB ext4 on a loop device, mounted (root only)."""
+    if os.geteuid() != 0 or not shutil.which("mkfs.ext4"):
+        pytest.skip("needs root and mkfs.ext4 for a loop-mounted filesystem")
+    image, mount = tmp_path / "fs.img", tmp_path / "mnt"
+    with open(image, "wb") as f:
+        f.truncate(16 << 20)
+    subprocess.run(["mkfs.ext4", "-q", "-m", "0", image], check=True)
+    mount.mkdir()
+    subprocess.run(["mount", "-o", "loop", image, mount], check=True)
+    yield mount
+    subprocess.run(["umount", mount], check=True)
+
+
+def fill(mount: Path) -> None:
+    """Takes every free block of the filesystem."""
+    with open(mount / "filler", "wb", buffering=0) as f:
+        for chunk in (1 << 20, 4096, 1024):  # down to the block size of a small ext4
+            try:
+                while True:
+                    f.write(bytes(chunk))
+            except OSError as e:
+                assert e.errno == 28, e  # ENOSPC: full at this chunk size
+        os.fsync(f.fileno())

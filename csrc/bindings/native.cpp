@@ -8,10 +8,12 @@
 #include <string>
 #include <variant>
 
+#include "common/crc32c.hpp"
 #include "common/error.hpp"
 #include "init/boot_state.hpp"
 #include "init/supervisor.hpp"
 #include "io/direct_reader.hpp"
+#include "io/direct_writer.hpp"
 #include "nccl/hostfile.hpp"
 #include "nccl/nccl_config.hpp"
 #include "topology/nvlink.hpp"
@@ -587,6 +589,21 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("closed", &pod_init::DirectReader::closed);
 
   m.def(
+      "crc32c",
+      [](const py::buffer& data, uint32_t value) {
+        py::buffer_info info = data.request();
+        if (!PyBuffer_IsContiguous(info.view(), 'C')) {
+          throw py::type_error("crc32c needs a C-contiguous buffer");
+        }
+        size_t length = static_cast<size_t>(info.size * info.itemsize);
+        py::gil_scoped_release release;
+        return pod_init::crc32c(value, info.ptr, length);
+      },
+      py::arg("data"), py::arg("value") = 0,
+      "CRC-32C of data, continuing `value` (the CRC of what came before).");
+  m.attr("CHECKSUM_ATTRIBUTE") = pod_init::kChecksumAttribute;
+
+  m.def(
       "memory_stats",
       [] {
         pod_init::IoMemoryStats stats = pod_init::IoMemory::instance().stats();
@@ -599,4 +616,47 @@ PYBIND11_MODULE(_native, m) {
       },
       "The pool behind read(), read_batch(), aligned_empty() and the streams: arena bytes "
       "(mapped once, kept), bytes of large blocks in use, blocks in use, large blocks returned.");
+
+  py::class_<pod_init::DirectWriter>(m, "DirectWriter")
+      .def(py::init([](const std::string& path, const py::int_& size, int64_t queue_depth) {
+             uint64_t expected = non_negative(size, "size");
+             py::gil_scoped_release release;
+             return std::make_unique<pod_init::DirectWriter>(path, expected, queue_depth);
+           }),
+           py::arg("path"), py::arg("size") = 0, py::arg("queue_depth") = 16,
+           "Starts a new file that will replace path on commit(); size (when known) is reserved "
+           "now, so a disk without room fails before anything is written.")
+      .def(
+          "write",
+          [](pod_init::DirectWriter& w, const py::buffer& data) {
+            py::buffer_info info = data.request();
+            if (!PyBuffer_IsContiguous(info.view(), 'C')) {
+              throw py::type_error("write needs a C-contiguous buffer");
+            }
+            auto* bytes = static_cast<const uint8_t*>(info.ptr);
+            size_t length = static_cast<size_t>(info.size * info.itemsize);
+            py::gil_scoped_release release;
+            w.write(bytes, length);
+            return length;
+          },
+          py::arg("data"), "Appends data (any C-contiguous buffer); returns its length.")
+      .def("commit", &pod_init::DirectWriter::commit, py::call_guard<py::gil_scoped_release>(),
+           "Syncs the file, renames it over path, syncs the folder; returns the CRC-32C.")
+      .def("abort", &pod_init::DirectWriter::abort, py::call_guard<py::gil_scoped_release>(),
+           "Discards the new file; path stays as it was.")
+      .def(
+          "stats",
+          [](const pod_init::DirectWriter& w) {
+            pod_init::ReaderStats stats;
+            static_cast<pod_init::IoCounters&>(stats) = w.stats();
+            stats.bytes = w.bytes();
+            return stats_dict(stats);
+          },
+          "bytes, ios (writes issued), fixed_ios and their latency, as DirectReader.stats().")
+      .def_property_readonly("path", &pod_init::DirectWriter::path)
+      .def_property_readonly("bytes", &pod_init::DirectWriter::bytes, "Bytes written so far.")
+      .def_property_readonly("crc", &pod_init::DirectWriter::crc, "CRC-32C of those bytes.")
+      .def_property_readonly("direct", &pod_init::DirectWriter::direct)
+      .def_property_readonly("note", &pod_init::DirectWriter::note)
+      .def_property_readonly("closed", [](const pod_init::DirectWriter& w) { return !w.open(); });
 }

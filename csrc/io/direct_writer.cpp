@@ -1,0 +1,230 @@
+#include "io/direct_writer.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "common/crc32c.hpp"
+#include "common/error.hpp"
+#include "io/aligned_buffer.hpp"
+
+namespace pod_init {
+
+namespace {
+
+std::atomic<uint64_t> g_temporaries{0};
+
+std::string hidden_prefix(const std::string& name) { return "." + name + ".pod-init-"; }
+
+// Opens a new file in the folder for writing: unnamed where the filesystem
+// can (O_TMPFILE), else under a hidden name; direct where it allows. Returns
+// the descriptor or -errno.
+int create_file(int folder_fd, const std::string& name, bool* direct, std::string* temp_name) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    *direct = attempt == 0;
+    int flags = O_WRONLY | O_CLOEXEC | (*direct ? O_DIRECT : 0);
+    int fd = openat(folder_fd, ".", O_TMPFILE | flags, 0644);
+    if (fd >= 0) return fd;
+    if (errno == EOPNOTSUPP || errno == EISDIR || errno == ENOENT) {
+      // No O_TMPFILE here: a hidden name that a later writer can clean up.
+      *temp_name = hidden_prefix(name) + std::to_string(getpid()) + "-" +
+                   std::to_string(g_temporaries.fetch_add(1));
+      fd = openat(folder_fd, temp_name->c_str(), O_CREAT | O_EXCL | flags, 0644);
+      if (fd >= 0) return fd;
+      temp_name->clear();
+    }
+    if (errno != EINVAL) return -errno;  // EINVAL: the filesystem refuses O_DIRECT
+  }
+  return -EINVAL;
+}
+
+std::string hex32(uint32_t value) {
+  char text[9];
+  std::snprintf(text, sizeof text, "%08x", value);
+  return text;
+}
+
+}  // namespace
+
+int DirectWriter::remove_stale_temporaries(const std::string& path) {
+  size_t slash = path.rfind('/');
+  std::string folder = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  std::string prefix = hidden_prefix(path.substr(slash == std::string::npos ? 0 : slash + 1));
+  DIR* dir = opendir(folder.c_str());
+  if (dir == nullptr) return 0;
+  int removed = 0;
+  while (dirent* entry = readdir(dir)) {
+    std::string name = entry->d_name;
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+    // Only a writer that is gone: a running one is still writing it.
+    if (pid <= 0 || pid == getpid() || kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) {
+      continue;
+    }
+    if (unlinkat(dirfd(dir), name.c_str(), 0) == 0) ++removed;
+  }
+  closedir(dir);
+  return removed;
+}
+
+DirectWriter::DirectWriter(std::string path, uint64_t expected_size, int64_t queue_depth)
+    : path_(std::move(path)), names_{path_} {
+  if (queue_depth < 1 || queue_depth > 4096) {
+    throw InputError("", 0,
+                     "queue_depth must be from 1 to 4096, not " + std::to_string(queue_depth));
+  }
+  if (path_.empty() || path_.back() == '/')
+    throw InputError("", 0, "'" + path_ + "' names no file");
+  depth_ = static_cast<unsigned>(queue_depth);
+  size_t slash = path_.rfind('/');
+  folder_ = slash == std::string::npos ? "." : (slash == 0 ? "/" : path_.substr(0, slash));
+  name_ = path_.substr(slash == std::string::npos ? 0 : slash + 1);
+  try {
+    if ((folder_fd_ = ::open(folder_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+      throw SysError(errno, "open the folder of", path_);
+    }
+    remove_stale_temporaries(path_);
+    bool direct = false;
+    fd_ = create_file(folder_fd_, name_, &direct, &temp_name_);
+    if (fd_ < 0) throw SysError(-fd_, "create", path_);
+    if (!temp_name_.empty()) note_ = "no O_TMPFILE: written under " + temp_name_;
+    if (int rc = describe_direct(fd_, direct, &file_); rc < 0) throw SysError(-rc, "stat", path_);
+    file_.fd = fd_;
+    if (expected_size > 0 &&
+        fallocate(fd_, 0, 0, static_cast<off_t>(align_up(expected_size, file_.offset_align))) < 0 &&
+        errno != EOPNOTSUPP) {
+      throw SysError(errno, "reserve space for", path_);
+    }
+    std::vector<int> fds{fd_};
+    if (make_uring_backend(fds, depth_, nullptr, &backend_) < 0) {
+      backend_ = make_pread_backend(fds, depth_);
+    }
+    queue_ = std::make_unique<PieceQueue>(backend_.get(), nullptr, &names_, &counters_);
+  } catch (...) {
+    abort();
+    throw;
+  }
+}
+
+DirectWriter::~DirectWriter() { abort(); }
+
+void DirectWriter::check_open() const {
+  if (fd_ < 0) throw InputError("", 0, "write to a closed writer (" + path_ + ")");
+}
+
+void DirectWriter::write(const uint8_t* data, size_t length) {
+  check_open();
+  try {
+    while (length > 0) {
+      if (current_.data() == nullptr) {
+        if (!spare_.empty()) {
+          current_ = std::move(spare_.back());
+          spare_.pop_back();
+        } else if ((current_ = OwnedBlock(kChunk)).data() == nullptr) {
+          throw SysError(ENOMEM, "allocate a staging buffer for", path_);
+        }
+      }
+      size_t n = std::min(length, kChunk - current_fill_);
+      std::memcpy(current_.data() + current_fill_, data, n);
+      crc_ = crc32c(crc_, data, n);
+      current_fill_ += n;
+      written_ += n;
+      data += n;
+      length -= n;
+      if (current_fill_ == kChunk) submit_chunk(kChunk);
+    }
+  } catch (...) {
+    abort();
+    throw;
+  }
+}
+
+void DirectWriter::submit_chunk(size_t length) {
+  // Only the last block is short; direct IO writes whole blocks, and commit()
+  // cuts the padding off with the size.
+  size_t padded = align_up(length, file_.offset_align);
+  std::memset(current_.data() + length, 0, padded - length);
+  Piece piece;
+  piece.offset = submitted_;
+  piece.length = static_cast<uint32_t>(padded);
+  piece.write = true;
+  piece.io = current_.data();
+  queue_->push(piece);
+  in_flight_.push_back(std::move(current_));
+  submitted_ += padded;
+  current_fill_ = 0;
+  queue_->fill();
+  if (in_flight_.size() >= depth_) {
+    // Every staging block is queued: the oldest comes back for the next bytes.
+    queue_->wait_for_first(1);
+    queue_->pop_front(1);
+    spare_.push_back(std::move(in_flight_.front()));
+    in_flight_.pop_front();
+  }
+}
+
+uint32_t DirectWriter::commit() {
+  check_open();
+  try {
+    if (current_fill_ > 0) submit_chunk(current_fill_);
+    queue_->wait_all();
+    if (ftruncate(fd_, static_cast<off_t>(written_)) < 0) throw SysError(errno, "truncate", path_);
+    std::string crc = hex32(crc_);
+    if (fsetxattr(fd_, kChecksumAttribute, crc.data(), crc.size(), 0) < 0) {
+      if (errno != ENOTSUP && errno != EOPNOTSUPP)
+        throw SysError(errno, "set the checksum of", path_);
+      note_ +=
+          std::string(note_.empty() ? "" : "; ") + "the filesystem keeps no checksum attribute";
+    }
+    // fsync, not fdatasync: the attribute is metadata that must land with the content.
+    if (fsync(fd_) < 0) throw SysError(errno, "fsync", path_);
+    if (temp_name_.empty()) {
+      temp_name_ = hidden_prefix(name_) + std::to_string(getpid()) + "-" +
+                   std::to_string(g_temporaries.fetch_add(1));
+      // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc/self/fd does not.
+      if (linkat(fd_, "", folder_fd_, temp_name_.c_str(), AT_EMPTY_PATH) < 0) {
+        std::string self = "/proc/self/fd/" + std::to_string(fd_);
+        if (linkat(AT_FDCWD, self.c_str(), folder_fd_, temp_name_.c_str(), AT_SYMLINK_FOLLOW) < 0) {
+          int err = errno;
+          temp_name_.clear();
+          throw SysError(err, "name", path_);
+        }
+      }
+    }
+    if (renameat(folder_fd_, temp_name_.c_str(), folder_fd_, name_.c_str()) < 0) {
+      throw SysError(errno, "rename over", path_);
+    }
+    temp_name_.clear();
+    if (fsync(folder_fd_) < 0) throw SysError(errno, "fsync the folder of", path_);
+  } catch (...) {
+    abort();
+    throw;
+  }
+  uint32_t crc = crc_;
+  abort();  // closes; nothing is left to discard
+  return crc;
+}
+
+void DirectWriter::abort() noexcept {
+  if (queue_) queue_->drain();  // the kernel is done with the staging blocks after this
+  queue_.reset();
+  backend_.reset();
+  in_flight_.clear();
+  spare_.clear();
+  current_.reset();
+  if (fd_ >= 0) close(fd_);
+  fd_ = file_.fd = -1;
+  if (!temp_name_.empty() && folder_fd_ >= 0) unlinkat(folder_fd_, temp_name_.c_str(), 0);
+  temp_name_.clear();
+  if (folder_fd_ >= 0) close(folder_fd_);
+  folder_fd_ = -1;
+}
+
+}  // namespace pod_init

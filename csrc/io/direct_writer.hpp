@@ -1,0 +1,83 @@
+// Crash-safe O_DIRECT writes, for checkpoints: the bytes go to an unnamed file
+// in the target's folder (O_TMPFILE; a hidden temporary name where the
+// filesystem has none) through staging blocks kept in flight on a ring, then
+// the file is synced, named and renamed over the target, and the folder is
+// synced. A crash at any point leaves the previous file whole; a full disk is
+// an error naming the target, which is untouched. The CRC-32C of the content
+// is kept in the file's extended attribute user.pod-init.crc32c (set before
+// the sync, so it is there exactly when the content is) and returned.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/detail/direct_file.hpp"
+#include "io/detail/io_backend.hpp"
+#include "io/detail/piece_queue.hpp"
+#include "io/io_memory.hpp"
+
+namespace pod_init {
+
+inline constexpr const char* kChecksumAttribute = "user.pod-init.crc32c";
+
+class DirectWriter {
+ public:
+  static constexpr size_t kChunk = 1 << 20;  // one staging block, one write
+
+  // expected_size: the final size when known (0: unknown), reserved up front
+  // so a disk without room fails before anything is written. Throws SysError
+  // naming path, InputError for a depth outside 1..4096.
+  DirectWriter(std::string path, uint64_t expected_size, int64_t queue_depth);
+  ~DirectWriter();  // discards an uncommitted file
+  DirectWriter(const DirectWriter&) = delete;
+  DirectWriter& operator=(const DirectWriter&) = delete;
+
+  void write(const uint8_t* data, size_t length);
+  // Publishes the file under its path; returns the content's CRC-32C.
+  uint32_t commit();
+  // Drops what was written; the target stays as it was. Never throws.
+  void abort() noexcept;
+
+  const std::string& path() const { return path_; }
+  uint64_t bytes() const { return written_; }
+  uint32_t crc() const { return crc_; }
+  bool direct() const { return file_.direct; }
+  bool open() const { return fd_ >= 0; }
+  // What the writer worked without ("no O_TMPFILE", "no xattr"...); "" when nothing.
+  const std::string& note() const { return note_; }
+  IoCounters stats() const { return counters_; }
+
+  // Removes hidden temporaries of `path` left by writers that are no longer
+  // running (killed between naming and renaming). Returns how many.
+  static int remove_stale_temporaries(const std::string& path);
+
+ private:
+  void submit_chunk(size_t length);
+  void check_open() const;
+
+  std::string path_;
+  std::string folder_;
+  std::string name_;
+  std::string temp_name_;           // the hidden name, once the file has one
+  std::vector<std::string> names_;  // for the queue's errors: the target
+  int fd_ = -1;
+  int folder_fd_ = -1;
+  DirectFile file_;
+  uint64_t written_ = 0;
+  uint64_t submitted_ = 0;  // file offset of the current staging block
+  uint32_t crc_ = 0;
+  std::string note_;
+  std::unique_ptr<IoBackend> backend_;
+  std::unique_ptr<PieceQueue> queue_;
+  std::deque<OwnedBlock> in_flight_;  // staging blocks, in the queue's order
+  std::vector<OwnedBlock> spare_;
+  OwnedBlock current_;
+  size_t current_fill_ = 0;
+  unsigned depth_;
+  IoCounters counters_;
+};
+
+}  // namespace pod_init

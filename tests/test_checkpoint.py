@@ -1,0 +1,277 @@
+"""Crash-safe direct writes (pyinit.io.DirectWriter, write_file) and the
+safetensors checkpoints on top (pyinit.checkpoint): round trips, a writer
+killed mid-way, a full filesystem, and the safetensors library both ways."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import fill
+
+from pyinit import _native
+from pyinit.io import (
+    ChecksumMismatch,
+    DirectWriter,
+    crc32c,
+    stored_checksum,
+    verify,
+    write_file,
+)
+
+
+@pytest.fixture
+def folder():
+    # The root filesystem (ext4 here) takes O_DIRECT; /tmp may be tmpfs.
+    path = Path("/var/tmp") / f"pyinit-write-{os.getpid()}"
+    path.mkdir()
+    yield path
+    shutil.rmtree(path)
+
+
+def crc32c_reference(data: bytes) -> int:
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def test_crc32c_is_castagnoli():
+    assert crc32c(b"123456789") == 0xE3069283  # the standard check value
+    data = np.random.default_rng(0).integers(0, 256, 3000, dtype=np.uint8).tobytes()
+    assert crc32c(data) == crc32c_reference(data)
+    assert crc32c(data[1000:], crc32c(data[:1000])) == crc32c(data)
+
+
+@pytest.mark.parametrize("size", [0, 1, 4095, 4096, (1 << 20) + 3, (5 << 20) + 777])
+def test_round_trips_are_byte_exact(folder, size):
+    data = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8)
+    path = folder / "out.bin"
+    path.write_bytes(b"previous")
+    crc = write_file(path, [data[:1000], data[1000:]])
+    assert path.read_bytes() == data.tobytes()
+    assert crc == crc32c(data) == stored_checksum(path)
+    assert verify(path)
+    assert os.listdir(folder) == ["out.bin"]
+    # The streaming writer, without a size: the same bytes, in uneven pieces.
+    with DirectWriter(path, queue_depth=2) as out:
+        for start in range(0, size, 300_001):
+            out.write(data[start : start + 300_001])
+        assert out.direct and out.bytes == size
+    assert path.read_bytes() == data.tobytes() and out.closed
+
+
+def test_a_damaged_file_fails_verification(folder):
+    path = folder / "out.bin"
+    write_file(path, b"x" * 10_000)
+    with open(path, "r+b") as f:  # a bit flips on the disk, say
+        f.seek(5000)
+        f.write(b"y")
+    with pytest.raises(ChecksumMismatch, match=r"out\.bin: content CRC-32C"):
+        verify(path)
+    os.removexattr(path, _native.CHECKSUM_ATTRIBUTE)
+    assert stored_checksum(path) is None and verify(path) is False
+
+
+def test_an_exception_in_the_block_leaves_the_old_file(folder):
+    path = folder / "out.bin"
+    path.write_bytes(b"old")
+    with pytest.raises(RuntimeError), DirectWriter(path) as out:
+        out.write(b"new" * 100_000)
+        raise RuntimeError("the caller failed mid-way")
+    assert path.read_bytes() == b"old" and os.listdir(folder) == ["out.bin"]
+    with pytest.raises(ValueError, match="closed writer"):
+        out.write(b"more")
+
+
+def test_bad_arguments(folder):
+    with pytest.raises(FileNotFoundError) as missing:
+        DirectWriter(folder / "no" / "such" / "file")
+    assert missing.value.filename == str(folder / "no" / "such" / "file")
+    with pytest.raises(ValueError, match="queue_depth"):
+        DirectWriter(folder / "x", queue_depth=0)
+    with pytest.raises(ValueError, match="names no file"):
+        DirectWriter(f"{folder}/")
+    with pytest.raises(ValueError, match="NUL"):
+        DirectWriter("a\0b")
+    with pytest.raises(ValueError, match="size must be"):
+        DirectWriter(folder / "x", size=-1)
+
+
+WRITE_FOREVER = """
+import sys
+from pyinit.io import DirectWriter
+out = DirectWriter(sys.argv[1])
+chunk = bytes(range(256)) * 4096
+out.write(chunk)
+print("writing", flush=True)
+while True:
+    out.write(chunk)
+"""
+
+
+def test_a_writer_killed_mid_way_leaves_the_previous_file(folder):
+    path = folder / "ckpt.bin"
+    path.write_bytes(b"the previous checkpoint")
+    child = subprocess.Popen(
+        [sys.executable, "-c", WRITE_FOREVER, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdout.readline() == "writing\n"
+    time.sleep(0.3)  # megabytes in flight
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    child.stdout.close()
+    # The unnamed file died with the process: nothing to clean up, nothing seen.
+    assert path.read_bytes() == b"the previous checkpoint"
+    assert os.listdir(folder) == ["ckpt.bin"]
+
+
+def test_the_next_writer_removes_temporaries_of_writers_that_are_gone(folder):
+    # Killed between naming its file and renaming it, a writer leaves a hidden name.
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = folder / f".ckpt.bin.pod-init-{gone.pid}-0"
+    running = folder / f".ckpt.bin.pod-init-{os.getppid()}-0"
+    other = folder / f".other.bin.pod-init-{gone.pid}-0"
+    for leftover in (stale, running, other):
+        leftover.write_bytes(b"half")
+    write_file(folder / "ckpt.bin", b"whole")
+    assert sorted(os.listdir(folder)) == sorted(["ckpt.bin", running.name, other.name])
+
+
+@pytest.mark.root
+def test_a_full_filesystem_names_the_file_and_keeps_the_old_one(small_filesystem):
+    path = small_filesystem / "ckpt.bin"
+    old = np.random.default_rng(1).integers(0, 256, 1 << 20, dtype=np.uint8)
+    write_file(path, old)
+    fill(small_filesystem)
+    # With the size known, the space is reserved first: nothing is written.
+    with pytest.raises(OSError) as full:
+        write_file(path, np.zeros(32 << 20, np.uint8))
+    assert full.value.errno == errno.ENOSPC and full.value.filename == str(path)
+    # Without it, the disk fills while the writes are in flight.
+    (small_filesystem / "filler").unlink()
+    with pytest.raises(OSError) as full, DirectWriter(path) as out:
+        for _ in range(64):
+            out.write(np.ones(1 << 20, np.uint8))
+    assert full.value.errno == errno.ENOSPC and full.value.filename == str(path)
+    assert path.read_bytes() == old.tobytes() and verify(path)
+    assert sorted(os.listdir(small_filesystem)) == ["ckpt.bin", "lost+found"]
+
+
+# pyinit.checkpoint: the safetensors layout.
+
+
+def state_dict():
+    torch = pytest.importorskip("torch", reason="torch is installed by the test command")
+    generator = torch.Generator().manual_seed(0)
+    return {
+        "layer.weight": torch.randn(300, 17, generator=generator),
+        "layer.bias": torch.randn(17, generator=generator).to(torch.bfloat16),
+        "embedding": torch.randn(50, 8, generator=generator, dtype=torch.float64),
+        "steps": torch.arange(5, dtype=torch.int32),
+        "mask": torch.tensor([True, False, True]),
+        "scale": torch.tensor(3.5, dtype=torch.float16),
+        "empty": torch.empty(0, 4),
+        "transposed": torch.randn(6, 9, generator=generator).t(),  # not contiguous
+    }
+
+
+def same(a, b) -> bool:
+    return a.keys() == b.keys() and all(
+        a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and bool((a[k] == b[k]).all())
+        for k in a
+    )
+
+
+def test_safetensors_reads_what_save_wrote_and_load_reads_what_it_wrote(folder):
+    safetensors = pytest.importorskip("safetensors.torch", reason="the test extra installs it")
+    from pyinit import checkpoint
+
+    tensors = state_dict()
+    ours = folder / "ours.safetensors"
+    crc = checkpoint.save(tensors, ours)
+    assert crc == stored_checksum(ours) and verify(ours)
+    assert same(safetensors.load_file(ours), tensors)
+    assert same(checkpoint.load(ours), tensors)
+    theirs = folder / "theirs.safetensors"
+    safetensors.save_file({k: v.contiguous() for k, v in tensors.items()}, theirs)
+    assert stored_checksum(theirs) is None  # nothing to verify: still read
+    assert same(checkpoint.load(theirs), tensors)
+
+
+def test_background_save_snapshots_the_tensors(folder):
+    from pyinit import checkpoint
+
+    tensors = state_dict()
+    expected = {k: v.clone() for k, v in tensors.items()}
+    path = folder / "bg.safetensors"
+    pending = checkpoint.save(tensors, path, background=True)
+    tensors["layer.weight"].add_(1.0)  # training goes on while it writes
+    crc = pending.wait(timeout=60)
+    assert pending.done() and crc == stored_checksum(path)
+    assert same(checkpoint.load(path), expected)
+
+
+def test_background_errors_reach_wait(folder):
+    from pyinit import checkpoint
+
+    pending = checkpoint.save(state_dict(), folder / "missing" / "x.safetensors", background=True)
+    with pytest.raises(FileNotFoundError):
+        pending.wait(timeout=60)
+
+
+def test_bad_state_dicts_and_bad_files_name_the_problem(folder):
+    torch = pytest.importorskip("torch", reason="torch is installed by the test command")
+    from pyinit import checkpoint
+
+    with pytest.raises(ValueError, match="'step' is a int, not a tensor"):
+        checkpoint.save({"w": torch.ones(2), "step": 3}, folder / "x.safetensors")
+    with pytest.raises(ValueError, match="names must be str"):
+        checkpoint.save({1: torch.ones(2)}, folder / "x.safetensors")
+    assert os.listdir(folder) == []
+    bad = folder / "bad.safetensors"
+    cases = {
+        b"\x01": "too short",
+        (10**9).to_bytes(8, "little") + b"{}": "does not fit the file",
+        (4).to_bytes(8, "little") + b"nope": "is not JSON",
+        (2).to_bytes(8, "little") + b"[]": "not a JSON object",
+        (40).to_bytes(8, "little") + b'{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}}'[:40]:
+            "is not JSON",
+    }  # fmt: skip
+    for content, message in cases.items():
+        bad.write_bytes(content)
+        with pytest.raises(ValueError, match=message) as error:
+            checkpoint.load(bad)
+        assert str(bad) in str(error.value)
+    header = b'{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}}'
+    bad.write_bytes(len(header).to_bytes(8, "little") + header + bytes(4))
+    with pytest.raises(ValueError, match=r"claims bytes 0..4 of 4, which do not hold \[2\]"):
+        checkpoint.load(bad)
+    header = b'{"a":{"dtype":"Q9","shape":[1],"data_offsets":[0,1]}}'
+    bad.write_bytes(len(header).to_bytes(8, "little") + header + bytes(1))
+    with pytest.raises(ValueError, match="dtype 'Q9', unknown here"):
+        checkpoint.load(bad)
+
+
+def test_load_refuses_a_damaged_checkpoint(folder):
+    from pyinit import checkpoint
+
+    path = folder / "model.safetensors"
+    checkpoint.save(state_dict(), path)
+    with open(path, "r+b") as f:
+        f.seek(-10, os.SEEK_END)
+        f.write(b"\xff")
+    with pytest.raises(ChecksumMismatch, match=r"model\.safetensors"):
+        checkpoint.load(path)
+    assert checkpoint.load(path, verify=False).keys() == state_dict().keys()
