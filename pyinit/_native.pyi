@@ -195,9 +195,9 @@ class DirectReader:
         Bytes at open, per file.
         """
 class DirectWriter:
-    def __init__(self, path: str, size: int = 0, queue_depth: typing.SupportsInt | typing.SupportsIndex = 16) -> None:
+    def __init__(self, path: str, size: int = 0, queue_depth: typing.SupportsInt | typing.SupportsIndex = 32) -> None:
         """
-        Starts a new file that will replace path on commit(); size (when known) is reserved now, so a disk without room fails before anything is written.
+        Starts a new file that will replace path on commit(); size (when known) is checked against the free space now, so a disk without room fails before anything is written.
         """
     def abort(self) -> None:
         """

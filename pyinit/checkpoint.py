@@ -138,7 +138,7 @@ def save(
     state_dict: Mapping[str, Any],
     path: str | os.PathLike[str],
     background: bool = False,
-    queue_depth: int = 16,
+    queue_depth: int = 32,
 ) -> int | PendingSave:
     """Writes ``state_dict`` (names to tensors, on any device) to ``path`` in
     the safetensors layout, replacing it whole once everything is on disk.

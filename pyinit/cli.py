@@ -110,7 +110,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from pyinit.bench import copies
 
         return copies.main(args.options, args.kind)
-    if args.kind in ("io", "data"):
+    if args.kind in ("io", "data", "checkpoint"):
         return importlib.import_module(f"pyinit.bench.{args.kind}").main(args.options)
     from pyinit.bench import collectives
 
@@ -395,8 +395,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench = _command(
         sub,
         "bench",
-        help="benchmarks: io (fio), data (memmap), allreduce and other collectives (nccl-tests), "
-        "p2p, h2d",
+        help="benchmarks: io (fio), data (memmap), checkpoint (torch.save), allreduce and other "
+        "collectives (nccl-tests), p2p, h2d",
     )
     kinds = bench.add_subparsers(dest="kind", required=True, metavar="KIND")
     io = kinds.add_parser("io", help="4 KiB random and 1 MiB sequential reads, beside fio",
@@ -405,6 +405,9 @@ def build_parser() -> argparse.ArgumentParser:
     loader = kinds.add_parser("data", help="TokenShardDataset against np.memmap, the sharder",
                               add_help=False)  # fmt: skip
     loader.set_defaults(handler=_cmd_bench, takes_options=True)
+    saves = kinds.add_parser("checkpoint", help="checkpoint.save beside torch.save, safetensors "
+                             "and fio's direct write", add_help=False)  # fmt: skip
+    saves.set_defaults(handler=_cmd_bench, takes_options=True)
     for kind, text in (
         ("allreduce", "all-reduce size sweep in nccl-tests' flags and columns (NCCL or gloo)"),
         ("allgather", "all-gather, as all_gather_perf"),

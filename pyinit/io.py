@@ -77,8 +77,8 @@ class DirectWriter(_native.DirectWriter):
     publishes it whole: the bytes go to an unnamed file in the same folder
     (``O_TMPFILE``), which ``commit()`` syncs, names and renames over ``path``
     before syncing the folder. Until then, and after any failure or crash,
-    ``path`` is what it was. ``size``: the final size when known, reserved up
-    front so a full disk fails (``OSError`` ENOSPC naming ``path``) before
+    ``path`` is what it was. ``size``: the final size when known, checked
+    against the free space up front so a full disk fails (``OSError`` ENOSPC naming ``path``) before
     anything is written. The content's CRC-32C is returned by ``commit()`` and
     kept in the ``user.pod-init.crc32c`` attribute (see ``verify``).
 
@@ -86,7 +86,7 @@ class DirectWriter(_native.DirectWriter):
     the file when it raises.
     """
 
-    def __init__(self, path: str | os.PathLike[str], size: int = 0, queue_depth: int = 16):
+    def __init__(self, path: str | os.PathLike[str], size: int = 0, queue_depth: int = 32):
         name = os.fspath(path)
         if "\0" in name:
             raise ValueError(f"{name!r}: a path with a NUL byte")
@@ -106,7 +106,7 @@ class DirectWriter(_native.DirectWriter):
         return f"<DirectWriter {self.path!r} {state}>"
 
 
-def write_file(path: str | os.PathLike[str], buffers: Any, queue_depth: int = 16) -> int:
+def write_file(path: str | os.PathLike[str], buffers: Any, queue_depth: int = 32) -> int:
     """Writes ``buffers`` (one buffer, or a sequence of them: bytes, numpy
     arrays, memoryviews) as the new content of ``path``, crash-safe as
     ``DirectWriter``; returns the CRC-32C."""

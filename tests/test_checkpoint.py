@@ -5,6 +5,7 @@ killed mid-way, a full filesystem, and the safetensors library both ways."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import signal
@@ -155,7 +156,7 @@ def test_a_full_filesystem_names_the_file_and_keeps_the_old_one(small_filesystem
     old = np.random.default_rng(1).integers(0, 256, 1 << 20, dtype=np.uint8)
     write_file(path, old)
     fill(small_filesystem)
-    # With the size known, the space is reserved first: nothing is written.
+    # With the size known, the free space is checked first: nothing is written.
     with pytest.raises(OSError) as full:
         write_file(path, np.zeros(32 << 20, np.uint8))
     assert full.value.errno == errno.ENOSPC and full.value.filename == str(path)
@@ -275,3 +276,20 @@ def test_load_refuses_a_damaged_checkpoint(folder):
     with pytest.raises(ChecksumMismatch, match=r"model\.safetensors"):
         checkpoint.load(path)
     assert checkpoint.load(path, verify=False).keys() == state_dict().keys()
+
+
+def test_the_checkpoint_benchmark_times_all_four(folder, pyinit_bin):
+    out = folder / "bench.json"
+    proc = subprocess.run(
+        [pyinit_bin, "bench", "checkpoint", "--dir", folder, "--size", "64M", "--rounds", "1",
+         "--out", out],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    document = json.loads(out.read_text())
+    tools = {"pyinit", "torch.save", "safetensors"} | ({"fio"} if shutil.which("fio") else set())
+    assert set(document["table"]) == tools and document["bytes"] >= 64 << 20
+    assert all(row["gb_s"] > 0 for row in document["table"].values())
+    assert document["table"]["pyinit"]["pyinit_speedup"] == 1.0
+    assert "pyinit is" in proc.stdout
+    assert sorted(os.listdir(folder)) == ["bench.json", "bench.png"]  # its files are gone

@@ -564,7 +564,10 @@ def test_io_benchmark_runs_beside_fio(tmp_path, pyinit_bin):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     table = json.loads(out.read_text())["table"]
-    assert set(table) == {"4k-randread-qd1", "4k-randread-qd32", "1m-read-qd16"}
+    assert set(table) == {
+        "4k-randread-qd1-read", "4k-randread-qd32-batch", "4k-randread-qd32-stream",
+        "1m-read-qd4-stream", "1m-read-qd16-stream",
+    }  # fmt: skip
     tools = {"pyinit", "fio"} if shutil.which("fio") else {"pyinit"}
     for pattern in table.values():
         assert set(pattern) == tools
@@ -579,9 +582,9 @@ def test_io_benchmark_runs_beside_fio(tmp_path, pyinit_bin):
     [
         (
             ["--rw", "randread", "--bs", "8k", "--iodepth", "4", "--numjobs", "2"],
-            "8k-randread-qd4-j2",
+            "8k-randread-qd4-j2-stream",
         ),
-        (["--rw", "read", "--bs", "64k", "--iodepth", "2"], "64k-read-qd2"),
+        (["--rw", "read", "--bs", "64k", "--iodepth", "2", "--api", "batch"], "64k-read-qd2-batch"),
     ],
 )
 def test_io_benchmark_fio_knobs_match_fios_own_job(tmp_path, pyinit_bin, knobs, name):

@@ -623,9 +623,9 @@ PYBIND11_MODULE(_native, m) {
              py::gil_scoped_release release;
              return std::make_unique<pod_init::DirectWriter>(path, expected, queue_depth);
            }),
-           py::arg("path"), py::arg("size") = 0, py::arg("queue_depth") = 16,
-           "Starts a new file that will replace path on commit(); size (when known) is reserved "
-           "now, so a disk without room fails before anything is written.")
+           py::arg("path"), py::arg("size") = 0, py::arg("queue_depth") = 32,
+           "Starts a new file that will replace path on commit(); size (when known) is checked "
+           "against the free space now, so a disk without room fails before anything is written.")
       .def(
           "write",
           [](pod_init::DirectWriter& w, const py::buffer& data) {

@@ -416,11 +416,17 @@ ReaderStats DirectReader::Stream::stats() const {
   return stats_;
 }
 
-// Plans rows until twice the depth is queued (so the ring stays full while the
-// caller works on the front), and always the front unit.
+// Plans rows ahead: always the front unit, at least twice the depth in IOs,
+// and up to eight times it while the rows ahead take under 64 MiB. Rows
+// complete out of order and are returned in order: a slow read at the front
+// must not leave the ring idle for want of planned reads behind it.
 void DirectReader::Stream::plan_ahead() {
   const size_t rows_per_unit = batch_ == 0 ? 1 : batch_;
-  while (planned_rows_ < offsets_.size() && (units_.empty() || queue_->size() < 2 * depth_)) {
+  auto room = [&] {
+    if (units_.empty() || queue_->size() < 2 * depth_) return true;
+    return queue_->size() < 8 * depth_ && planned_bytes_ < kLookaheadBytes;
+  };
+  while (planned_rows_ < offsets_.size() && room()) {
     size_t rows = std::min(rows_per_unit, offsets_.size() - planned_rows_);
     Unit unit;
     size_t before = queue_->size();
@@ -451,6 +457,7 @@ void DirectReader::Stream::plan_ahead() {
     unit.rows = rows;
     unit.pieces = queue_->size() - before;
     planned_rows_ += rows;
+    planned_bytes_ += unit.block.size();
     units_.push_back(std::move(unit));
   }
 }
@@ -475,6 +482,7 @@ bool DirectReader::Stream::next(Item* item) {
       }
     }
     queue_->pop_front(unit.pieces);
+    planned_bytes_ -= unit.block.size();
     item->block = std::move(unit.block);
     item->head = unit.head;
     item->rows = unit.rows;

@@ -186,7 +186,9 @@ class DirectReader::Stream {
   std::unique_ptr<IoBackend> backend_;
   std::unique_ptr<PieceQueue> queue_;
   std::deque<Unit> units_;  // planned, in order
+  static constexpr size_t kLookaheadBytes = 64 << 20;
   size_t planned_rows_ = 0;
+  size_t planned_bytes_ = 0;  // in the blocks of the planned units
   size_t returned_rows_ = 0;
   ReaderStats stats_;
 };

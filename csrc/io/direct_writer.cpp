@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/statvfs.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -97,10 +98,14 @@ DirectWriter::DirectWriter(std::string path, uint64_t expected_size, int64_t que
     if (!temp_name_.empty()) note_ = "no O_TMPFILE: written under " + temp_name_;
     if (int rc = describe_direct(fd_, direct, &file_); rc < 0) throw SysError(-rc, "stat", path_);
     file_.fd = fd_;
-    if (expected_size > 0 &&
-        fallocate(fd_, 0, 0, static_cast<off_t>(align_up(expected_size, file_.offset_align))) < 0 &&
-        errno != EOPNOTSUPP) {
-      throw SysError(errno, "reserve space for", path_);
+    // A disk without room fails here, before anything is written. Checked, not
+    // fallocate()d: O_DIRECT writes into preallocated (unwritten) extents pay
+    // for converting them, 20-30 % of the bandwidth on ext4 here.
+    struct statvfs room {};
+    if (expected_size > 0 && fstatvfs(fd_, &room) == 0 &&
+        static_cast<uint64_t>(room.f_bavail) * room.f_frsize < expected_size) {
+      throw SysError(ENOSPC, "find room for " + std::to_string(expected_size) + " bytes for",
+                     path_);
     }
     std::vector<int> fds{fd_};
     if (make_uring_backend(fds, depth_, nullptr, &backend_) < 0) {

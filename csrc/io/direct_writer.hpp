@@ -27,9 +27,9 @@ class DirectWriter {
  public:
   static constexpr size_t kChunk = 1 << 20;  // one staging block, one write
 
-  // expected_size: the final size when known (0: unknown), reserved up front
-  // so a disk without room fails before anything is written. Throws SysError
-  // naming path, InputError for a depth outside 1..4096.
+  // expected_size: the final size when known (0: unknown), checked against
+  // the free space so a disk without room fails before anything is written.
+  // Throws SysError naming path, InputError for a depth outside 1..4096.
   DirectWriter(std::string path, uint64_t expected_size, int64_t queue_depth);
   ~DirectWriter();  // discards an uncommitted file
   DirectWriter(const DirectWriter&) = delete;

@@ -59,10 +59,19 @@ size_t arena_bytes(int size_class) {
   return std::max<size_t>(size_t{2} << 20, 4 * class_bytes(size_class));
 }
 
+// Huge pages where the kernel has them (THP "madvise" mode included): a 1 MiB
+// read then spans a few physically contiguous segments instead of 256 pages,
+// and a device that takes 128 segments per request (a loop device, say) gets
+// it in one request rather than split in two; pinning and the TLB gain too.
 uint8_t* map_memory(size_t bytes, bool populate) {
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
-  return p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  (void)madvise(p, bytes, MADV_HUGEPAGE);
+  if (populate && madvise(p, bytes, MADV_POPULATE_WRITE) < 0) {
+    // Before Linux 5.14: fault the pages in by hand.
+    for (size_t at = 0; at < bytes; at += kPageSize) static_cast<volatile uint8_t*>(p)[at] = 0;
+  }
+  return static_cast<uint8_t*>(p);
 }
 
 IoRegion add_region(PoolState& s, uint8_t* base, size_t bytes, bool arena) {

@@ -1,20 +1,26 @@
 """IO benchmark in fio's terms: the DirectReader against fio on the same target.
 
-With no pattern given, three (fio's names): ``randread`` 4 KiB at queue depth
-1 and 32, ``read`` (sequential) 1 MiB at depth 16; with fio's knobs (--rw,
---bs, --iodepth, --numjobs, --runtime), that one pattern. For each, our
-reader and ``fio --ioengine=io_uring --direct=1`` run alternately, round by
-round, with the page cache dropped before every run. Reported: IOPS, GB/s and
-latency p50/p99/p99.9/p99.99. At depth 1 our latency is the whole Python call
-(``reader.read``), against fio's total latency (``lat_ns``, submission
-included); deeper, both are completion latency (``clat_ns``, submit to
-completion of each IO). The JSON keeps fio's field names for the shared
+Our reader is used the plain way a data loader would use it (``--api``):
+``read`` (one ``reader.read(offset, bs)`` per IO, each returning a new
+array), ``batch`` (one ``reader.read_batch(offsets, bs)`` of iodepth rows per
+call, a new array each) or ``stream`` (a loop over ``reader.stream(offsets,
+bs, depth=iodepth)``). With no pattern given, five (fio's names): ``randread``
+4 KiB at depth 1 with read, at depth 32 with batch and with stream, and
+``read`` (sequential) 1 MiB at depth 4 and 16 with stream; with fio's knobs
+(--rw, --bs, --iodepth, --numjobs, --runtime, --api), that one pattern. For
+each, our reader and ``fio --ioengine=io_uring --direct=1`` run alternately,
+round by round, with the page cache dropped before every run. Reported: IOPS,
+GB/s and latency p50/p99/p99.9/p99.99. With read our latency is the whole
+Python call, against fio's total latency (``lat_ns``, submission included);
+otherwise both are completion latency (``clat_ns``, submit to completion of
+each IO). The JSON keeps fio's field names for the shared
 figures (``iops``, ``bw_bytes``, ``lat_ns``/``clat_ns`` percentiles keyed
 "99.990000", and ``disk_util`` from the device's own counters).
 
     pyinit bench io --loop 512M                # a loop device over a file, made and removed here
     pyinit bench io /dev/nvme0n1 --runtime 10  # an existing device or file, read only
     pyinit bench io /dev/nvme0n1 --rw randread --bs 8k --iodepth 64 --numjobs 4
+    pyinit bench io /dev/nvme0n1 --rw read --bs 1m --iodepth 8 --api batch
 """
 
 from __future__ import annotations
@@ -40,8 +46,10 @@ from pyinit import argtypes
 from pyinit.bench.plotting import human_bytes, pyplot
 from pyinit.errors import InputError
 from pyinit.extras import note_missing
-from pyinit.io import DirectReader, aligned_empty
+from pyinit.io import DirectReader
 from pyinit.jsonfile import write_json
+
+APIS = ("read", "batch", "stream")
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,7 @@ class Pattern:
     rw: str  # fio's --rw
     block_size: int  # --bs
     depth: int  # --iodepth
+    api: str  # how our reader is called: one of APIS
     jobs: int = 1  # --numjobs, reported as one group (fio's --group_reporting)
 
     @property
@@ -58,13 +67,16 @@ class Pattern:
             if self.block_size % factor == 0:
                 size = f"{self.block_size // factor}{unit}"
                 break
-        return f"{size}-{self.rw}-qd{self.depth}" + (f"-j{self.jobs}" if self.jobs > 1 else "")
+        jobs = f"-j{self.jobs}" if self.jobs > 1 else ""
+        return f"{size}-{self.rw}-qd{self.depth}{jobs}-{self.api}"
 
 
 DEFAULT_PATTERNS = (
-    Pattern("randread", 4096, 1),
-    Pattern("randread", 4096, 32),
-    Pattern("read", 1 << 20, 16),
+    Pattern("randread", 4096, 1, "read"),
+    Pattern("randread", 4096, 32, "batch"),
+    Pattern("randread", 4096, 32, "stream"),
+    Pattern("read", 1 << 20, 4, "stream"),
+    Pattern("read", 1 << 20, 16, "stream"),
 )
 # fio's keys for the percentiles in the table ("99.990000": p99.99).
 PERCENTILES = (50.0, 99.0, 99.9, 99.99)
@@ -167,49 +179,53 @@ def histogram_percentiles(buckets: list[tuple[int, int]], largest_ns: float) -> 
     return result
 
 
-def run_job(reader: DirectReader, pattern: Pattern, runtime: float) -> tuple[int, list[int]]:
-    """One job's reads for `runtime` seconds: (reads done, per-call latencies
-    in ns at depth 1, where each call is one IO)."""
+def run_job(
+    reader: DirectReader, pattern: Pattern, runtime: float
+) -> tuple[int, list[int], list[dict]]:
+    """One job's reads for `runtime` seconds, called the plain way: (reads done,
+    per-call latencies in ns for the read API, where each call is one IO, and
+    the stats that hold the IO latency otherwise)."""
     rng = np.random.default_rng()
     size = reader.size
-    if pattern.depth == 1:
-        # One Python call per IO: what a data loader doing single reads pays.
-        offsets = offsets_for(pattern, size, 1 << 20, rng).tolist()
+    blocks = size // pattern.block_size
+    position = 0  # sequential from the start, as fio's jobs read
+
+    def offsets(count: int) -> np.ndarray:
+        nonlocal position
+        if pattern.rw == "randread":
+            return offsets_for(pattern, size, count, rng)
+        start, position = position, position + count
+        return ((np.arange(count) + start) % blocks) * pattern.block_size
+
+    clock = time.perf_counter_ns
+    deadline = clock() + int(runtime * 1e9)
+    if pattern.api == "read":
         latencies = []
-        clock = time.perf_counter_ns
         read = reader.read
-        deadline = clock() + int(runtime * 1e9)
-        for offset in offsets:
+        for offset in offsets(1 << 20).tolist():
             t0 = clock()
             read(offset, pattern.block_size)
             t1 = clock()
             latencies.append(t1 - t0)
             if t1 > deadline:
                 break
-        return len(latencies), latencies
-    # Many IOs per call, the queue kept full: what read_batch gives a data loader.
-    # read_batch returns when its last read does, so the queue drains at the
-    # end of every call: give each call 64 reads per queue slot, and for
-    # large blocks 256 MiB, so the drain is a percent of the time, not ten.
-    per_call = 64 * pattern.depth
-    if pattern.block_size > 64 << 10:
-        per_call = max(pattern.depth, (256 << 20) // pattern.block_size)
-    # One reused output, as a loader filling a pinned buffer does; a new
-    # array per call would also time faulting in its pages.
-    out = aligned_empty((per_call, pattern.block_size))
-    out.fill(0)  # fault its pages in now, not during the first timed call
-    count, position = 0, 0  # sequential from the start, as fio's jobs read
-    started = time.perf_counter()
-    while time.perf_counter() - started < runtime:
-        if pattern.rw == "randread":
-            offsets = offsets_for(pattern, size, per_call, rng)
-        else:
-            blocks = size // pattern.block_size
-            offsets = ((np.arange(per_call) + position) % blocks) * pattern.block_size
-            position += per_call
-        reader.read_batch(offsets, pattern.block_size, out=out)
-        count += per_call
-    return count, []
+        return len(latencies), latencies, []
+    count = 0
+    if pattern.api == "batch":
+        while clock() < deadline:
+            reader.read_batch(offsets(pattern.depth), pattern.block_size)
+            count += pattern.depth
+        return count, [], [reader.stats()]
+    stream_stats = []
+    while clock() < deadline:
+        # Long streams: the queue drains only at the end of each.
+        with reader.stream(offsets(1 << 16), pattern.block_size, depth=pattern.depth) as rows:
+            for _ in rows:
+                count += 1
+                if count % 64 == 0 and clock() > deadline:
+                    break
+            stream_stats.append(rows.stats())
+    return count, [], stream_stats
 
 
 def run_reader(target: str, pattern: Pattern, runtime: float, backend: str) -> Result:
@@ -223,13 +239,13 @@ def run_reader(target: str, pattern: Pattern, runtime: float, backend: str) -> R
             jobs = list(pool.map(lambda r: run_job(r, pattern, runtime), readers))
         elapsed = time.perf_counter() - started
         disk = disk_delta(before, disk_counters(target))
-        count = sum(n for n, _ in jobs)
-        if pattern.depth == 1:
-            latencies = np.concatenate([np.array(calls, dtype=np.float64) for _, calls in jobs])
+        count = sum(n for n, _, _ in jobs)
+        if pattern.api == "read":
+            latencies = np.concatenate([np.array(calls, dtype=np.float64) for _, calls, _ in jobs])
             cuts = np.percentile(latencies, PERCENTILES)
             percentiles = {fio_key(q): float(v) for q, v in zip(PERCENTILES, cuts, strict=True)}
         else:
-            stats = [r.stats() for r in readers]
+            stats = [one for _, _, kept in jobs for one in kept]
             buckets = [tuple(b) for s in stats for b in s["io_latency_histogram_ns"]]
             largest = max(s["io_latency_us"]["max"] for s in stats) * 1e3
             percentiles = histogram_percentiles(buckets, largest)
@@ -237,7 +253,7 @@ def run_reader(target: str, pattern: Pattern, runtime: float, backend: str) -> R
         for reader in readers:
             reader.close()
     iops = count / elapsed
-    latency = "lat_ns" if pattern.depth == 1 else "clat_ns"
+    latency = "lat_ns" if pattern.api == "read" else "clat_ns"
     return Result("pyinit", pattern.name, iops, iops * pattern.block_size, latency, percentiles,
                   disk)  # fmt: skip
 
@@ -277,7 +293,7 @@ def run_fio(target: str, pattern: Pattern, runtime: float) -> Result:
     disk = disk_delta(before, disk_counters(target))
     read = json.loads(done.stdout[done.stdout.index("{") :])["jobs"][0]["read"]
     # With lat_percentiles, lat_ns holds the percentiles of the total latency.
-    latency = "lat_ns" if pattern.depth == 1 else "clat_ns"
+    latency = "lat_ns" if pattern.api == "read" else "clat_ns"
     cuts = read[latency].get("percentile", {})
     percentiles = {fio_key(q): float(cuts.get(fio_key(q), 0)) for q in PERCENTILES}
     return Result("fio", pattern.name, read["iops"], read["bw_bytes"], latency, percentiles, disk)
@@ -314,7 +330,7 @@ def summarize(results: list[Result]) -> dict[str, dict[str, dict[str, float]]]:
 
 def print_table(table: dict[str, dict[str, dict[str, float]]]) -> None:
     titles = " ".join(f"{header:>{width}}" for _, header, width, _ in COLUMNS)
-    print(f"{'pattern':18} {'tool':7} {titles}")
+    print(f"{'pattern':24} {'tool':7} {titles}")
     for pattern, tools in table.items():
         rows = [(tool, [v[key] for key, *_ in COLUMNS]) for tool, v in tools.items()]
         if "fio" in tools:
@@ -326,7 +342,7 @@ def print_table(table: dict[str, dict[str, dict[str, float]]]) -> None:
                 f"{v:{width}.{3 if tool == 'ratio' else digits}f}"
                 for v, (_, _, width, digits) in zip(values, COLUMNS, strict=True)
             )
-            print(f"{pattern if tool != 'ratio' else '':18} {tool:7} {cells}")
+            print(f"{pattern if tool != 'ratio' else '':24} {tool:7} {cells}")
 
 
 def plot(document: dict, path: Path) -> bool:
@@ -369,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         "--runtime", type=argtypes.seconds(0.1, 3600), default=5.0, help="seconds per run"
     )
     fio_knobs = parser.add_argument_group(
-        "one pattern in fio's knobs (any of them replaces the three default patterns)"
+        "one pattern in fio's knobs (any of them replaces the five default patterns)"
     )
     fio_knobs.add_argument("--rw", choices=("randread", "read"),
                            help="random or sequential reads (the reader only reads)")  # fmt: skip
@@ -379,6 +395,8 @@ def main(argv: list[str] | None = None) -> int:
                            " (default 1)")  # fmt: skip
     fio_knobs.add_argument("--numjobs", type=argtypes.whole(1, 256), default=1,
                            help="readers running at once, reported as one group")  # fmt: skip
+    fio_knobs.add_argument("--api", choices=APIS, help="how our reader is called (default: read "
+                           "at iodepth 1, else stream)")  # fmt: skip
     parser.add_argument("--rounds", type=argtypes.whole(1, 1000), default=2)
     parser.add_argument("--backend", default="io_uring", choices=("io_uring", "pread"))
     parser.add_argument("--no-fio", action="store_true", help="only our reader")
@@ -390,10 +408,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give a TARGET or --loop SIZE")
     if args.bs is not None and args.bs % 512:
         raise InputError(f"--bs {args.bs} is not a multiple of 512 (O_DIRECT reads whole sectors)")
-    if args.rw or args.bs or args.iodepth:
-        patterns = [
-            Pattern(args.rw or "randread", args.bs or 4096, args.iodepth or 1, args.numjobs)
-        ]
+    depth = args.iodepth or 1
+    if args.api == "read" and depth != 1:
+        parser.error("--api read makes one IO per call: it takes --iodepth 1")
+    if args.rw or args.bs or args.iodepth or args.api:
+        api = args.api or ("read" if depth == 1 else "stream")
+        patterns = [Pattern(args.rw or "randread", args.bs or 4096, depth, api, args.numjobs)]
     else:
         patterns = [replace(p, jobs=args.numjobs) for p in DEFAULT_PATTERNS]
     largest = max(p.block_size for p in patterns)
