@@ -28,10 +28,21 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import torch
 
-from pyinit.errors import InputError
-from pyinit.io import DirectReader, DirectWriter, aligned_empty, check_recorded, crc32c
+from pyinit.extras import require
+
+require("torch", "pyinit.checkpoint")
+
+import torch  # noqa: E402
+
+from pyinit.errors import InputError  # noqa: E402
+from pyinit.io import (  # noqa: E402
+    DirectReader,
+    DirectWriter,
+    aligned_empty,
+    check_recorded,
+    crc32c,
+)
 
 # safetensors' names for torch's types.
 DTYPES: dict[torch.dtype, str] = {

@@ -35,6 +35,20 @@ def bare_env(tmp_path_factory) -> Path:
     return env
 
 
+# The reader's plain calls, a stream and a crash-safe write, with numpy alone.
+IO_WALK = """
+import sys
+import numpy as np
+from pyinit.io import DirectReader, verify, write_file
+with DirectReader(sys.argv[1]) as reader:
+    rows = [row.tobytes() for row in reader.stream(np.arange(8) * 4096, 100, depth=4)]
+    assert rows[3] == reader.read(3 * 4096, 100).tobytes()
+    write_file("copy.bin", reader.read_batch(np.arange(8) * 4096, 100))
+assert verify("copy.bin") and open("copy.bin", "rb").read() == b"".join(rows)
+print("written and streamed")
+"""
+
+
 @pytest.mark.slow
 def test_every_command_works_or_names_its_extra(bare_env, tmp_path):
     sysfs = tmp_path / "sys"
@@ -69,6 +83,10 @@ def test_every_command_works_or_names_its_extra(bare_env, tmp_path):
           tmp_path / "t.png"], 2, "pip install 'pod-init[plots]'"),
         ([bare_env / "bin/python", "-c", "from pyinit.data import TokenShardDataset"], 1,
          "pip install 'pod-init[train]'"),
+        ([bare_env / "bin/python", "-c", "from pyinit import checkpoint"], 1,
+         "pyinit.checkpoint needs torch: pip install 'pod-init[train]'"),
+        ([pyinit, "bench", "checkpoint"], 2, "pip install 'pod-init[train]'"),
+        ([bare_env / "bin/python", "-c", IO_WALK, data], 0, "written and streamed"),
     ]  # fmt: skip
     for command, status, fragment in cases:
         proc = subprocess.run([str(c) for c in command], capture_output=True, text=True,
