@@ -430,6 +430,8 @@ def test_leaving_a_stream_early_leaves_nothing_in_flight(data_file):
         assert stream.remaining == (3 << 20) // 4096 - 3 and not stream.closed
         stream.close()  # waits for the 32 reads it had in flight, frees the rows ahead
         assert stream.closed and stream.stats()["reads"] == 3
+        # The reader's stats take in its streams' once they close.
+        assert r.stats()["reads"] == 3 and r.stats()["ios"] == stream.stats()["ios"] >= 3
         with pytest.raises(ValueError, match="closed stream"):
             next(stream)
         # A stream dropped mid-way without close() does the same when it dies.

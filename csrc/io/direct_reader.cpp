@@ -313,9 +313,24 @@ void DirectReader::read_batch_into(const std::vector<uint64_t>& offsets, size_t 
   stats_.page_cache_reads += from_cache;
 }
 
+void ReaderStats::add(const ReaderStats& other) {
+  ios += other.ios;
+  fixed_ios += other.fixed_ios;
+  io_latency.merge(other.io_latency);
+  reads += other.reads;
+  bytes += other.bytes;
+  page_cache_reads += other.page_cache_reads;
+}
+
 ReaderStats DirectReader::stats() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return stats_;
+  ReaderStats total;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    total = stats_;
+  }
+  std::lock_guard<std::mutex> lock(stream_totals_->mutex);
+  total.add(stream_totals_->stats);
+  return total;
 }
 
 std::unique_ptr<DirectReader::Stream> DirectReader::stream(std::vector<uint64_t> offsets,
@@ -342,7 +357,8 @@ DirectReader::Stream::Stream(const DirectReader& reader, std::vector<uint64_t> o
       batch_(batch),
       depth_(depth),
       fork_generation_(g_fork_generation.load()),
-      thread_(std::this_thread::get_id()) {
+      thread_(std::this_thread::get_id()),
+      totals_(reader.stream_totals_) {
   try {
     for (size_t i = 0; i < reader.files_.size(); ++i) {
       DirectFile file = reader.files_[i];
@@ -382,6 +398,11 @@ void DirectReader::Stream::close() {
 }
 
 void DirectReader::Stream::close_locked() {
+  if (queue_ && fork_generation_ == g_fork_generation.load()) {
+    queue_->drain();  // every read counted before the totals take them
+    std::lock_guard<std::mutex> lock(totals_->mutex);
+    totals_->stats.add(stats_);
+  }
   if (fork_generation_ != g_fork_generation.load()) {
     // In a forked child the ring and the bounce slots are the parent's: leave them be.
     (void)queue_.release();

@@ -32,6 +32,8 @@ struct ReaderStats : IoCounters {
   uint64_t reads = 0;  // requests: one per read()/read_into(), one per batch or stream row
   uint64_t bytes = 0;  // bytes handed to the caller
   uint64_t page_cache_reads = 0;  // requests copied from resident pages instead
+
+  void add(const ReaderStats& other);
 };
 
 inline constexpr int64_t kMaxQueueDepth = 4096;
@@ -93,6 +95,7 @@ class DirectReader {
   std::unique_ptr<Stream> stream(std::vector<uint64_t> offsets, size_t length,
                                  std::vector<uint32_t> files, size_t batch, int64_t depth);
 
+  // The reader's own reads and those of its streams that have closed.
   ReaderStats stats() const;
   void close();
   bool closed() const { return files_.empty() || files_[0].fd < 0; }
@@ -127,6 +130,13 @@ class DirectReader {
   std::thread::id backend_thread_;  // the thread that made backend_
   std::string backend_note_;
   ReaderStats stats_;
+  // Where streams leave their counts when they close: shared, since a stream
+  // may outlive its reader.
+  struct StreamTotals {
+    std::mutex mutex;
+    ReaderStats stats;
+  };
+  std::shared_ptr<StreamTotals> stream_totals_ = std::make_shared<StreamTotals>();
 };
 
 // A stream owns duplicates of the reader's descriptors, its own ring and
@@ -191,6 +201,7 @@ class DirectReader::Stream {
   size_t planned_bytes_ = 0;  // in the blocks of the planned units
   size_t returned_rows_ = 0;
   ReaderStats stats_;
+  std::shared_ptr<StreamTotals> totals_;  // the reader's
 };
 
 }  // namespace pod_init
