@@ -15,6 +15,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -22,6 +23,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+import pyinit.worker
+from pyinit import checkpoint
 from pyinit.data import TokenShardDataset
 
 
@@ -58,6 +61,12 @@ def main() -> None:
     parser.add_argument("--cold", action="store_true",
                         help="evict the shards from the page cache first, so batches are read "
                         "from the disk")  # fmt: skip
+    parser.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
+                        help="rank 0 saves the model every N steps (to $PYINIT_RUN_DIR, else "
+                        "the working folder), through pyinit.checkpoint")  # fmt: skip
+    parser.add_argument("--slow-data", type=float, default=0.0, metavar="S",
+                        help="wait S seconds for every batch, as a slow disk or network "
+                        "filesystem would make it (pyinit report shows it)")  # fmt: skip
     args = parser.parse_args()
 
     cuda = torch.cuda.is_available()
@@ -94,27 +103,38 @@ def main() -> None:
         optimizer, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * s / args.steps))
     )
 
+    def epochs() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        while True:
+            yield from data.loader()
+
+    batches = epochs()
     losses: list[float] = []
     step, start, tokens = 0, time.perf_counter(), 0
     while step < args.steps:
-        for x, y in data.loader():
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            logits = model(x)
-            loss = nn.functional.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-            reduced = loss.detach().clone()
-            dist.all_reduce(reduced)
-            losses.append(reduced.item() / world)
-            tokens += x.numel() * world
-            step += 1
-            if rank == 0 and (step % args.log_every == 0 or step == 1):
-                rate = tokens / (time.perf_counter() - start)
-                print(f"step {step:5d}  loss {losses[-1]:.3f}  {rate:,.0f} tokens/s", flush=True)
-            if step == args.steps:
-                break
+        # Under pyinit run, the time in here is the step's data wait (the
+        # loader marks its own; a script's own data path would mark it so).
+        with pyinit.worker.phase("data"):
+            time.sleep(args.slow_data)
+            x, y = next(batches)
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        logits = model(x)
+        loss = nn.functional.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+        reduced = loss.detach().clone()
+        dist.all_reduce(reduced)
+        losses.append(reduced.item() / world)
+        tokens += x.numel() * world
+        step += 1
+        if rank == 0 and (step % args.log_every == 0 or step == 1):
+            rate = tokens / (time.perf_counter() - start)
+            print(f"step {step:5d}  loss {losses[-1]:.3f}  {rate:,.0f} tokens/s", flush=True)
+        if rank == 0 and args.checkpoint_every and step % args.checkpoint_every == 0:
+            folder = os.environ.get("PYINIT_RUN_DIR", ".")
+            checkpoint.save(model.module.state_dict(), Path(folder, "model.safetensors"))
+    batches.close()  # the reader's stream closes, and its counts reach the reader
     seconds = time.perf_counter() - start
     stats = data.reader_stats()
     summary = {

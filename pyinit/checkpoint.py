@@ -43,6 +43,7 @@ from pyinit.io import (  # noqa: E402
     check_recorded,
     crc32c,
 )
+from pyinit.run.steps import phase  # noqa: E402
 
 # safetensors' names for torch's types.
 DTYPES: dict[torch.dtype, str] = {
@@ -158,8 +159,14 @@ def save(
     then written by a thread while the caller goes on."""
     items = _tensors(state_dict)
     target = os.fspath(path)
-    if not background:
-        return _write([(name, tensor.cpu()) for name, tensor in items], target, queue_depth)
+    with phase("checkpoint"):  # under pyinit run, counted apart in its report
+        if not background:
+            return _write([(name, tensor.cpu()) for name, tensor in items], target, queue_depth)
+        return PendingSave(_snapshot(items), target, queue_depth)
+
+
+def _snapshot(items: list[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.Tensor]]:
+    """Host copies of the tensors, so training may change them while they are written."""
     snapshot = []
     pin = torch.cuda.is_available()
     for name, tensor in items:
@@ -168,7 +175,7 @@ def save(
         snapshot.append((name, copy))
     if pin:
         torch.cuda.synchronize()
-    return PendingSave(snapshot, target, queue_depth)
+    return snapshot
 
 
 def _parse_header(path: str, text: bytes, data_bytes: int) -> list[tuple[str, str, list, int, int]]:

@@ -396,7 +396,9 @@ class Monitor:
         self.alerts = AlertEngine(thresholds or Thresholds(), os.uname().nodename)
 
     def sample(self) -> dict[str, Any]:
-        return {"time": time.time(), "gpus": self.gpus.read(), "block": self.block.read(),
+        # boottime: the clock of the run's events and steps, for pyinit report.
+        return {"time": time.time(), "boottime": time.clock_gettime(time.CLOCK_BOOTTIME),
+                "gpus": self.gpus.read(), "block": self.block.read(),
                 "gpu_unavailable": self.gpus.unavailable}  # fmt: skip
 
 

@@ -6,13 +6,18 @@ progress, without the script's help.
     for batch in loader:
         ...
         pyinit.worker.step()   # a loop without a torch optimizer, or a long step's parts
+    with pyinit.worker.phase("checkpoint"):   # counted apart in pyinit report
+        torch.save(model.state_dict(), path)
 
-Outside ``pyinit run`` these do nothing.
+Outside ``pyinit run`` these do nothing (``phase`` just runs its block).
 """
 
 from __future__ import annotations
 
 from pyinit.run.progress import current
+from pyinit.run.steps import phase
+
+__all__ = ["phase", "step"]
 
 
 def step() -> None:

@@ -343,7 +343,7 @@ from pyinit.run.events import EventLog
 from pyinit.run.progress import ProgressWriter
 from pyinit.run.worker import Marks
 progress = ProgressWriter(Path({str(tmp_path / "progress.bin")!r}))
-Marks(EventLog({str(tmp_path / "events.jsonl")!r}, rank=0), progress).instrument_torch()
+Marks(EventLog({str(tmp_path / "events.jsonl")!r}, rank=0), progress, None).instrument_torch()
 torch.cuda._lazy_init()
 torch.cuda._lazy_init()
 """

@@ -34,6 +34,7 @@ from pyinit.data.shard_format import HEADER_BYTES, MANIFEST, ShardHeader, read_h
 from pyinit.errors import InputError
 from pyinit.io import DirectReader, aligned_empty
 from pyinit.jsonfile import load_json
+from pyinit.run.steps import phase
 
 STATE_VERSION = 1
 MASK64 = (1 << 64) - 1
@@ -350,8 +351,14 @@ class ShardLoader:
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         data = self.dataset
         if self.num_workers == 0:
-            yield from data
-            return
+            # No DataLoader in between: the time to the next batch is the data wait.
+            batches = iter(data)
+            while True:
+                with phase("data"):
+                    batch = next(batches, None)
+                if batch is None:
+                    return
+                yield batch
         args = {"pin_memory": torch.cuda.is_available(), **self.dataloader_args}
         loader = DataLoader(data, batch_size=None, num_workers=self.num_workers, **args)
         for batch in loader:

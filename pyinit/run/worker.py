@@ -44,6 +44,8 @@ from pyinit.run.progress import (
     progress_path,
     stack_path,
 )
+from pyinit.run.steps import StepLog, phase, steps_path
+from pyinit.run.steps import install as install_steps
 
 
 def _record(status_dir: Path, code: int) -> None:
@@ -85,9 +87,10 @@ class Marks:
     """The worker's phases, written to the run's event log (when there is one)
     as they end, and its progress, counted for the stall watch."""
 
-    def __init__(self, log: EventLog | None, progress: ProgressWriter):
+    def __init__(self, log: EventLog | None, progress: ProgressWriter, steps: StepLog | None):
         self.log = log
         self.progress = progress  # counts the steps: the stall watch's and the timeline's
+        self.steps = steps  # the report's record of each step
         self.ready = boottime()  # when the last phase ended: the next one's start
         self.first_step = 0.0  # when the first optimizer step ended
 
@@ -143,11 +146,25 @@ class Marks:
 
         def after_step(_optimizer: Any, _args: Any, _kwargs: Any) -> None:
             self.progress.step()
+            if self.steps is not None:
+                self.steps.step(self.progress.last_step)
             if not self.first_step:
                 self.first_step = self.progress.last_step
                 self.phase("first step", self.ready, self.first_step)
 
         register_optimizer_step_post_hook(after_step)
+
+        # Time blocked in any DataLoader is the step's data wait.
+        from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+        next_batch = _BaseDataLoaderIter.__next__
+
+        @functools.wraps(next_batch)
+        def timed_next(loader: Any) -> Any:
+            with phase("data"):
+                return next_batch(loader)
+
+        _BaseDataLoaderIter.__next__ = timed_next
 
     def finish(self) -> None:
         if self.first_step and self.progress.steps > 1 and self.log is not None:
@@ -183,7 +200,11 @@ def main() -> None:
     marks = None
     if kind != "program":
         progress = watch_progress(Path(status_dir), rank)
-        marks = Marks(log, progress)
+        steps = None
+        if log is not None:
+            steps = StepLog(steps_path(log.path.parent, rank), attempt, log)
+            install_steps(steps)
+        marks = Marks(log, progress, steps)
         marks.phase("worker start", process_start(), entered)
         marks.instrument_torch()
     try:

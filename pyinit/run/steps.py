@@ -1,0 +1,104 @@
+"""Each rank's steps, for ``pyinit report``: one 40-byte record per optimizer
+step in ``RUN_DIR/steps/rank-R.bin`` (the attempt, the step's number in it,
+when it ended on CLOCK_BOOTTIME, and how long of it was spent waiting for
+data and writing checkpoints), appended with one write on an O_APPEND
+descriptor, so a killed run loses at most the record in progress and a
+reader of a live run sees whole records only.
+
+The waits come from ``phase()`` (``pyinit.worker.phase``): the worker wraps
+every DataLoader's ``__next__`` in ``phase("data")``, ``ShardLoader`` and
+``pyinit.checkpoint.save`` do the same, and a script may too.
+
+Imported by every worker before the training script: the standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from pyinit.run.events import EventLog, boottime
+
+RECORD = struct.Struct("<qqddd")  # attempt, step, end, data wait, checkpoint (seconds)
+FOLDER = "steps"
+# Phases whose time is accounted inside the step they fall in.
+WAITS = ("data", "checkpoint")
+
+
+def steps_path(run_dir: Path | str, rank: int) -> Path:
+    return Path(run_dir) / FOLDER / f"rank-{rank}.bin"
+
+
+class StepLog:
+    """This rank's step records, and the waits of the step in progress."""
+
+    def __init__(self, path: Path, attempt: int, events: EventLog | None = None):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self._attempt = attempt
+        self._events = events
+        self._steps = 0
+        self._waits = dict.fromkeys(WAITS, 0.0)
+        self._lock = threading.Lock()  # a background thread may end a phase
+
+    def ended(self, name: str, start: float, end: float) -> None:
+        """A phase ended: a wait counts against this step; every phase but
+        data (which comes every step) is also an event."""
+        if name in WAITS:
+            with self._lock:
+                self._waits[name] += end - start
+        if name != "data" and self._events is not None:
+            self._events.phase(name, start, end)
+
+    def step(self, end: float) -> None:
+        with self._lock:
+            self._steps += 1
+            record = RECORD.pack(self._attempt, self._steps, end, self._waits["data"],
+                                 self._waits["checkpoint"])  # fmt: skip
+            self._waits = dict.fromkeys(WAITS, 0.0)
+        os.write(self._fd, record)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+_current: StepLog | None = None
+
+
+def install(log: StepLog) -> None:
+    global _current
+    _current = log
+
+
+def current() -> StepLog | None:
+    return _current
+
+
+_open = threading.local()  # per thread: the phases entered and not yet left
+
+
+@contextlib.contextmanager
+def phase(name: str) -> Iterator[None]:
+    """Times what runs inside: ``"data"`` and ``"checkpoint"`` count against
+    the step they fall in; any name becomes a phase event (but ``"data"``,
+    which comes every step). A phase inside one of the same name (a script's
+    around the DataLoader's own) counts once. Outside ``pyinit run`` it only
+    runs the block."""
+    log = _current
+    entered = getattr(_open, "names", None)
+    if entered is None:
+        entered = _open.names = set()
+    if log is None or name in entered:
+        yield
+        return
+    entered.add(name)
+    start = boottime()
+    try:
+        yield
+    finally:
+        entered.discard(name)
+        log.ended(name, start, boottime())
