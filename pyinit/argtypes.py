@@ -29,12 +29,19 @@ def whole(low: int, high: int) -> Callable[[str], int]:
 
 def seconds(low: float, high: float, *, zero: bool = False) -> Callable[[str], float]:
     """A finite number of seconds from ``low`` to ``high`` (also 0 with ``zero``: off)."""
+    return number(low, high, zero=zero, what="a number of seconds")
+
+
+def number(
+    low: float, high: float, *, zero: bool = False, what: str = "a number"
+) -> Callable[[str], float]:
+    """A finite number from ``low`` to ``high`` (also 0 with ``zero``: off)."""
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+            raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
         if zero and value == 0:
             return 0.0
         if not (math.isfinite(value) and low <= value <= high):
@@ -42,7 +49,7 @@ def seconds(low: float, high: float, *, zero: bool = False) -> Callable[[str], f
             raise argparse.ArgumentTypeError(f"must be from {low:g} to {high:g}{also}, not {text}")
         return value
 
-    parse.__name__ = "seconds"
+    parse.__name__ = what.split()[-1]
     return parse
 
 

@@ -202,6 +202,12 @@ def _cmd_timeline(args: argparse.Namespace) -> int:
     return timeline.main(args.options)
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from pyinit.run import report
+
+    return report.main(args.options)
+
+
 def _cmd_monitor(args: argparse.Namespace) -> int:
     from pyinit import monitor
 
@@ -365,6 +371,10 @@ def build_parser() -> argparse.ArgumentParser:
         "timeline", add_help=False, help="where the seconds went before the first step"
     )
     timeline.set_defaults(handler=_cmd_timeline, takes_options=True)
+    report = sub.add_parser(
+        "report", add_help=False, help="where every GPU-hour of a run went: HTML, cost, findings"
+    )
+    report.set_defaults(handler=_cmd_report, takes_options=True)
 
     mon = _command(sub, "monitor", help="GPU utilization, PCIe bandwidth, NVMe latency; alerts")
     mon.add_argument("--interval", type=argtypes.seconds(0.1, 3600), default=5.0, metavar="S",

@@ -18,12 +18,17 @@ from pyinit.errors import InputError
 
 
 def write_json(path: str | os.PathLike[str], document: Any, indent: int | None = 1) -> Path:
+    return write_text(path, json.dumps(document, indent=indent) + "\n")
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Writes text whole or not at all (a temporary name, fsync, rename)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     temp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     try:
         with open(temp, "w", encoding="utf-8") as f:
-            f.write(json.dumps(document, indent=indent) + "\n")
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(temp, target)

@@ -1,0 +1,820 @@
+"""``pyinit report RUN_DIR``: where every GPU-second of a run went.
+
+Reads a run folder (``pyinit run --run-dir``; one per node, give them all for
+a multi-node run): the event log, each rank's step records
+(``steps/rank-R.bin``) and the monitor's samples. Every rank's time from the
+run's start (power-on when pod-init booted the node, else ``pyinit run``'s
+start) to its end is split into: productive step time, start-up (until the
+rank's first step ended), data wait and checkpoints inside steps, stalls and
+restarts between attempts, and the tail after the last step. Effective
+training time is productive time over wall time, summed over ranks.
+
+Prints a short summary, writes one self-contained HTML file (inline CSS and
+SVG, no scripts, nothing fetched) with the breakdown, the costs, charts and
+findings, largest loss first; ``--json`` prints the numbers for machines
+instead. A run that crashed or was killed is reported as far as its records
+go, and the report says what is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pyinit import argtypes
+from pyinit.errors import InputError
+from pyinit.jsonfile import write_text
+from pyinit.run import timeline
+from pyinit.run.steps import FOLDER, RECORD
+
+STEP_DTYPE = np.dtype(
+    [("attempt", "<i8"), ("step", "<i8"), ("end", "<f8"), ("data", "<f8"), ("checkpoint", "<f8")]
+)
+assert STEP_DTYPE.itemsize == RECORD.size
+# (key, label, colour), productive first, then the losses in a fixed order.
+CATEGORIES = (
+    ("productive", "productive step time", "#2e9d5b"),
+    ("startup", "start-up to the first step", "#8c8c8c"),
+    ("data", "waiting for data", "#e0902f"),
+    ("checkpoint", "checkpoints", "#7a5cc4"),
+    ("restart", "restarts", "#d04f4f"),
+    ("stall", "stalls", "#8b1e1e"),
+    ("tail", "after the last step", "#5b8fc7"),
+)
+LOSSES = tuple(key for key, _, _ in CATEGORIES[1:])
+COLOURS = {key: colour for key, _, colour in CATEGORIES}
+LABELS = {key: label for key, label, _ in CATEGORIES}
+
+
+@dataclass
+class Node:
+    """One node's folder: its events and its ranks' step records, on its clock."""
+
+    folder: Path
+    events: list[dict]
+    steps: dict[int, np.ndarray]  # rank -> records, in the order written
+    monitor: Monitor | None
+    start: float  # CLOCK_BOOTTIME of the run's start
+    origin: str  # "power-on" or "pyinit run start"
+    end: float
+    ended: bool  # an end event was written
+
+
+@dataclass
+class RankTime:
+    node: int
+    rank: int
+    seconds: dict[str, float]
+    steps: int
+    # Per step after the first: (end, length, data wait), from the run's start.
+    step_ends: np.ndarray
+    step_lengths: np.ndarray
+    step_data: np.ndarray
+    # Intervals per category, from the run's start: for the timeline chart.
+    intervals: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+
+def read_steps(folder: Path) -> dict[int, np.ndarray]:
+    steps = {}
+    for path in sorted((folder / FOLDER).glob("rank-*.bin")):
+        try:
+            rank = int(path.stem.removeprefix("rank-"))
+        except ValueError:
+            continue
+        raw = path.read_bytes()
+        whole = len(raw) - len(raw) % STEP_DTYPE.itemsize  # a record in progress is left out
+        steps[rank] = np.frombuffer(raw[:whole], dtype=STEP_DTYPE)
+    return steps
+
+
+@dataclass
+class Monitor:
+    """A node's monitor samples as arrays: on CLOCK_BOOTTIME (wall clock for
+    samples from before the monitor stamped it, mapped later), GPU utilization
+    (the mean over GPUs), PCIe and NVLink bytes/s (summed over GPUs) and disk
+    read latency (the slowest device)."""
+
+    boottime: np.ndarray
+    wall: np.ndarray
+    gpu_util: np.ndarray
+    pcie: np.ndarray
+    nvlink: np.ndarray
+    disk_latency_us: np.ndarray
+    gpus: bool  # some sample had a GPU
+    unavailable: str | None  # why NVML gave none, as the monitor said
+    stride: int  # every stride-th sample was read
+
+    def __len__(self) -> int:
+        return len(self.wall)
+
+
+# A day at one sample a second is 86,400 lines of a few KiB each: beyond this
+# many, every n-th is read, still hundreds per chart bin.
+MONITOR_SAMPLES = 20_000
+
+
+def read_monitor(folder: Path) -> Monitor | None:
+    path = folder / "monitor.jsonl"
+    if not path.exists():
+        return None
+    with open(path, "rb") as f:  # counted first, then read a line at a time: 100s of MiB
+        count = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+    stride = max(1, count // MONITOR_SAMPLES)
+    columns: dict[str, list[float]] = {k: [] for k in ("boottime", "wall", "gpu_util", "pcie",
+                                                       "nvlink", "disk")}  # fmt: skip
+    gpus, unavailable = False, None
+    with open(path, "rb") as f:
+        lines = [line for number, line in enumerate(f) if number % stride == 0]
+    for line in lines:
+        try:
+            sample = json.loads(line)
+        except ValueError:
+            continue  # a torn last line
+        if not isinstance(sample, dict) or not isinstance(sample.get("time"), (int, float)):
+            continue
+        cards = [g for g in sample.get("gpus") or [] if isinstance(g, dict) and "error" not in g]
+        gpus = gpus or bool(cards)
+        unavailable = sample.get("gpu_unavailable") or unavailable
+        columns["wall"].append(sample["time"])
+        columns["boottime"].append(sample.get("boottime", np.nan))
+        columns["gpu_util"].append(_mean(g.get("utilization_percent") for g in cards))
+        columns["pcie"].append(_sum(cards, ("pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s")))
+        columns["nvlink"].append(_sum(cards, ("nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s")))
+        latencies = [b.get("read_latency_us") for b in sample.get("block") or []]
+        columns["disk"].append(max((v for v in latencies if v), default=np.nan))
+    arrays = {k: np.array(v, dtype=float) for k, v in columns.items()}
+    return Monitor(arrays["boottime"], arrays["wall"], arrays["gpu_util"], arrays["pcie"],
+                   arrays["nvlink"], arrays["disk"], gpus, unavailable, stride)  # fmt: skip
+
+
+def _mean(values: Any) -> float:
+    numbers = [v for v in values if isinstance(v, (int, float))]
+    return sum(numbers) / len(numbers) if numbers else np.nan
+
+
+def _sum(cards: list[dict], keys: tuple[str, ...]) -> float:
+    numbers = [g[k] for g in cards for k in keys if isinstance(g.get(k), (int, float))]
+    return float(sum(numbers)) if numbers else np.nan
+
+
+def read_node(folder: Path, missing: list[str]) -> Node:
+    events = timeline.read_events(folder)
+    starts = [i for i, e in enumerate(events) if e.get("event") == "start"]
+    if starts:  # a folder reused by several runs: the last one
+        events = events[starts[-1] :]
+    stamped = [e["boottime"] for e in events if isinstance(e.get("boottime"), (int, float))]
+    if not stamped:
+        raise InputError("the event log has no timestamps: not a pyinit run log", file=str(folder))
+    booted = any(e.get("event") == "phase" and e.get("name") == "kernel" for e in events)
+    origin = "power-on" if booted else "pyinit run start"
+    start = 0.0 if booted else min(stamped)
+    steps = read_steps(folder)
+    monitor = read_monitor(folder)
+    if monitor is not None:  # samples from before the monitor stamped boottime
+        unstamped = np.isnan(monitor.boottime)
+        monitor.boottime[unstamped] = monitor.wall[unstamped] - _wall_to_boot(events)
+    ends = [e["boottime"] for e in events if e.get("event") == "end"]
+    last_seen = max(
+        [
+            *stamped,
+            *(float(r["end"][-1]) for r in steps.values() if len(r)),
+            *(monitor.boottime[-1:] if monitor else []),
+        ]
+    )
+    if not ends:
+        missing.append(
+            f"{folder}: no end event (the run was killed or is still going): "
+            f"counted to its last record"
+        )
+    if not steps:
+        missing.append(f"{folder}: no step records (steps/): every rank counts as start-up")
+    if not monitor:
+        missing.append(f"{folder}: no monitor samples (monitor.jsonl): no GPU or disk charts")
+    elif monitor.stride > 1:
+        missing.append(f"{folder}: monitor.jsonl is long: every {monitor.stride}th sample read")
+    return Node(
+        folder, events, steps, monitor, start, origin, ends[-1] if ends else last_seen, bool(ends)
+    )
+
+
+def _wall_to_boot(events: list[dict]) -> float:
+    """Wall clock minus CLOCK_BOOTTIME, from the events that carry both."""
+    pairs = [
+        e["time"] - e["boottime"]
+        for e in events
+        if isinstance(e.get("time"), (int, float)) and isinstance(e.get("boottime"), (int, float))
+    ]
+    return float(np.median(pairs)) if pairs else 0.0
+
+
+def account(node: Node, node_index: int, rank: int, records: np.ndarray) -> RankTime:
+    """Splits the rank's [start, end] into the categories; they add up to it.
+    Steps are handled as arrays (a day is 86,400 of them per rank); the few
+    gaps between attempts one by one."""
+    start, end = node.start, node.end
+    spans: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {key: [] for key in COLOURS}
+    stalls = sorted(e["boottime"] for e in node.events
+                    if e.get("event") in ("stall", "peer_stall") and "boottime" in e)  # fmt: skip
+
+    def add(key: str, lo: Any, hi: Any) -> None:
+        lo, hi = np.atleast_1d(np.asarray(lo, float)), np.atleast_1d(np.asarray(hi, float))
+        keep = hi > lo
+        spans[key].append((lo[keep] - start, hi[keep] - start))
+
+    def gap(lo: float, hi: float, after: str) -> None:
+        """Between attempts (or after the last step): a stall up to its
+        detection, then a restart (or the tail)."""
+        found = [t for t in stalls if lo < t <= hi]
+        if found:
+            add("stall", lo, found[0])
+            lo = found[0]
+        add(after, lo, hi)
+
+    records = records[records["end"] <= end]
+    ends = records["end"].astype(float)
+    if not len(records):
+        add("startup", start, end)
+        regular = np.zeros(0, dtype=int)
+    else:
+        add("startup", start, ends[0])
+        attempts = records["attempt"]
+        # A step ends each interval since the one before, in the same attempt;
+        # the first step of a later attempt ends a gap instead.
+        restarted = np.flatnonzero(attempts[1:] != attempts[:-1]) + 1
+        regular = np.setdiff1d(np.arange(1, len(records)), restarted)
+        for i in restarted:
+            gap(ends[i - 1], ends[i], "restart")
+        gap(ends[-1], end, "tail")
+    previous, this_end = ends[regular - 1], ends[regular]
+    lengths = np.maximum(this_end - previous, 0.0)
+    data = np.minimum(records["data"][regular], lengths)
+    saving = np.minimum(records["checkpoint"][regular], lengths - data)
+    add("data", previous, previous + data)
+    add("productive", previous + data, this_end - saving)
+    add("checkpoint", this_end - saving, this_end)
+    intervals = {}
+    for key, parts in spans.items():
+        lo = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0)
+        hi = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0)
+        order = np.argsort(lo, kind="stable")
+        intervals[key] = (lo[order], hi[order])
+    seconds = {key: float(np.sum(hi - lo)) for key, (lo, hi) in intervals.items()}
+    return RankTime(node_index, rank, seconds, len(records), this_end - start, lengths, data,
+                    intervals)  # fmt: skip
+
+
+@dataclass
+class Report:
+    nodes: list[Node]
+    ranks: list[RankTime]
+    unit: str  # "GPU" or "rank"
+    price: float | None
+    missing: list[str]
+
+    @property
+    def wall_s(self) -> float:
+        return max(n.end - n.start for n in self.nodes)
+
+    def totals(self) -> dict[str, float]:
+        return {key: sum(r.seconds[key] for r in self.ranks) for key in COLOURS}
+
+    def summary(self) -> dict[str, Any]:
+        totals = self.totals()
+        whole = sum(totals.values())
+        hours = whole / 3600
+        shares = {k: (v / whole if whole else 0.0) for k, v in totals.items()}
+        lengths = np.concatenate([r.step_lengths for r in self.ranks]) if self.ranks else []
+        data = np.concatenate([r.step_data for r in self.ranks]) if self.ranks else []
+        document: dict[str, Any] = {
+            "run_dirs": [str(n.folder) for n in self.nodes],
+            "nodes": len(self.nodes),
+            "ranks": len(self.ranks),
+            "unit": self.unit,
+            "origin": self.nodes[0].origin,
+            "wall_s": round(self.wall_s, 3),
+            f"{self.unit.lower()}_hours": round(hours, 6),
+            "effective_training_time": round(shares["productive"], 4),
+            "breakdown": {
+                k: {"seconds": round(totals[k], 3), "share": round(shares[k], 4)} for k in COLOURS
+            },
+            "steps": int(sum(r.steps for r in self.ranks)),
+            "step_time_s": _percentiles(lengths),
+            "data_wait_of_step_time": round(float(np.sum(data) / np.sum(lengths)), 4)
+            if len(lengths) and np.sum(lengths) > 0
+            else None,
+            "ended": all(n.ended for n in self.nodes),
+            "missing": self.missing,
+        }
+        if self.price is not None:
+            document["cost"] = {
+                "price_per_hour": self.price,
+                "total": round(hours * self.price, 2),
+                "not_productive": round(hours * (1 - shares["productive"]) * self.price, 2),
+                "by_loss": {k: round(totals[k] / 3600 * self.price, 2) for k in LOSSES},
+            }
+        document["monitor"] = monitor_summary(self.nodes)
+        document["findings"] = findings(self, document)
+        return document
+
+
+def _percentiles(values: Any) -> dict[str, float] | None:
+    if not len(values):
+        return None
+    cuts = np.percentile(values, [50, 90, 99])
+    return {
+        "p50": round(float(cuts[0]), 4),
+        "p90": round(float(cuts[1]), 4),
+        "p99": round(float(cuts[2]), 4),
+        "max": round(float(np.max(values)), 4),
+    }
+
+
+def monitor_summary(nodes: list[Node]) -> dict[str, Any] | None:
+    monitors = [n.monitor for n in nodes if n.monitor]
+    if not monitors:
+        return None
+    util = np.concatenate([m.gpu_util for m in monitors])
+    latency = np.concatenate([m.disk_latency_us for m in monitors])
+    latency = latency[np.isfinite(latency) & (latency > 0)]
+    util = util[np.isfinite(util)]
+    return {
+        "samples": int(sum(len(m) for m in monitors)),
+        "gpu_util_mean": round(float(util.mean()), 1) if len(util) else None,
+        "disk_read_latency_us": _percentiles(latency),
+    }
+
+
+def _count(number: int, thing: str) -> str:
+    return f"{number} {thing}{'' if number == 1 else 's'}"
+
+
+def _clock(seconds: float) -> str:
+    whole = round(seconds)
+    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
+
+
+def findings(report: Report, document: dict[str, Any]) -> list[str]:
+    """The losses, largest first, each said plainly with what to do about it."""
+    unit = report.unit
+    breakdown = document["breakdown"]
+    notes = []
+    for key in sorted(LOSSES, key=lambda k: -breakdown[k]["seconds"]):
+        seconds, share = breakdown[key]["seconds"], breakdown[key]["share"]
+        if share < 0.005:
+            continue
+        lead = f"{share:.0%} of the {unit}-time ({seconds:,.1f} {unit}-seconds)"
+        if key == "data":
+            of_steps = document["data_wait_of_step_time"] or 0.0
+            disk = (document.get("monitor") or {}).get("disk_read_latency_us")
+            where = f"; the disk's read latency p99 was {disk['p99'] / 1e3:.2f} ms" if disk else ""
+            notes.append(
+                f"{lead} waited for data: {of_steps:.0%} of step time{where}. More "
+                "DataLoader workers, a deeper reader queue or page_cache=True would "
+                "hide it."
+            )
+        elif key == "startup":
+            slowest = _slowest_start_phase(report.nodes[0])
+            notes.append(
+                f"{lead} went to start-up, before the first step ended"
+                f"{slowest}. `pyinit timeline` shows every phase."
+            )
+        elif key == "checkpoint":
+            saves = sum(
+                1
+                for n in report.nodes
+                for e in n.events
+                if e.get("event") == "phase" and e.get("name") == "checkpoint"
+            )
+            notes.append(
+                f"{lead} went to {saves} checkpoint save(s) inside steps; "
+                "pyinit.checkpoint.save(..., background=True) writes while training "
+                "goes on."
+            )
+        elif key in ("restart", "stall"):
+            restarts = sum(1 for n in report.nodes for e in n.events if e.get("event") == "restart")
+            what = (
+                "stalls (from the last step to the stall's detection)"
+                if key == "stall"
+                else f"restarts ({restarts}: from the last step before one to the first after)"
+            )
+            notes.append(f"{lead} was lost to {what}; each stall event names its cause.")
+        elif key == "tail":
+            notes.append(
+                f"{lead} came after the last step: the script's end (saving, "
+                "evaluation, teardown) or ranks waiting for a slower one."
+            )
+    util = (document.get("monitor") or {}).get("gpu_util_mean")
+    if util is not None and util < 75:
+        notes.append(
+            f"The GPUs were {util:.0f} % busy on average (monitor): below the 75 % a "
+            "training GPU should reach."
+        )
+    if not notes:
+        notes.append("No loss above 0.5 %: the run spent its time in steps.")
+    return notes
+
+
+def _slowest_start_phase(node: Node) -> str:
+    try:
+        rows = timeline.build(node.events).rows
+    except InputError:
+        return ""
+    rows = [r for r in rows if r.phase not in ("steps", "first step")]
+    if not rows:
+        return ""
+    slowest = max(rows, key=lambda r: r.seconds)
+    return f" (the longest phase: {slowest.label}, {slowest.seconds:.1f} s)"
+
+
+def build(folders: list[Path], price: float | None) -> Report:
+    missing: list[str] = []
+    nodes = [read_node(folder, missing) for folder in folders]
+    ranks = []
+    for index, node in enumerate(nodes):
+        seen = set(node.steps)
+        seen |= {e["rank"] for e in node.events if isinstance(e.get("rank"), int)}
+        for rank in sorted(seen):
+            records = node.steps.get(rank, np.zeros(0, dtype=STEP_DTYPE))
+            ranks.append(account(node, index, rank, records))
+    if not ranks:
+        missing.append("no ranks: the workers never started")
+    gpus = any(n.monitor.gpus for n in nodes if n.monitor)
+    return Report(nodes, ranks, "GPU" if gpus else "rank", price, missing)
+
+
+def text(document: dict[str, Any]) -> str:
+    unit = document["unit"]
+    hours = document[f"{unit.lower()}_hours"]
+    lines = [
+        f"pyinit report: {', '.join(document['run_dirs'])}",
+        f"{_count(document['ranks'], unit)} on {_count(document['nodes'], 'node')}, wall "
+        f"{_clock(document['wall_s'])} from {document['origin']}, {hours:.4f} {unit}-hours"
+        + ("" if document["ended"] else " (the run has no end: partial)"),
+        f"effective training time {document['effective_training_time']:.1%}",
+    ]
+    for key, label, _ in CATEGORIES:
+        row = document["breakdown"][key]
+        lines.append(f"  {label:28} {row['seconds']:12,.1f} {unit}-s {row['share']:7.1%}")
+    cost = document.get("cost")
+    if cost:
+        lines.append(
+            f"cost {cost['total']:,.2f} at {cost['price_per_hour']:g} per {unit}-hour; "
+            f"not productive: {cost['not_productive']:,.2f}"
+        )
+    lines.append("findings:")
+    lines += [f"  {i}. {note}" for i, note in enumerate(document["findings"], 1)]
+    lines += [f"missing: {note}" for note in document["missing"]]
+    return "\n".join(lines) + "\n"
+
+
+# --- the HTML: inline SVG charts ---------------------------------------------------------
+
+WIDTH = 900
+
+
+def _coverage(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Time covered by sorted, disjoint intervals in each bin between edges."""
+    if not len(starts):
+        return np.zeros(len(edges) - 1)
+    durations = ends - starts
+    before = np.concatenate([[0.0], np.cumsum(durations)])
+
+    def covered(t: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(starts, t, side="right")
+        partial = np.where(
+            k > 0,
+            np.clip(t - starts[np.maximum(k - 1, 0)], 0, durations[np.maximum(k - 1, 0)]),
+            0.0,
+        )
+        return before[np.maximum(k - 1, 0)] * (k > 0) + partial
+
+    return np.diff(covered(edges))
+
+
+def svg_timeline(report: Report) -> str:
+    """One row per rank; each pixel column takes the colour of the category
+    that filled most of its time."""
+    left, row_h, columns = 90, 16, WIDTH - 110
+    span = report.wall_s or 1.0
+    edges = np.linspace(0, span, columns + 1)
+    shown = report.ranks[:64]
+    height = 30 + row_h * len(shown)
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+        f'role="img" aria-label="phases per rank">'
+    ]
+    for row, rank in enumerate(shown):
+        y = 10 + row * row_h
+        parts.append(
+            f'<text x="4" y="{y + 12}" class="label">node {rank.node} rank {rank.rank}</text>'
+        )
+        cover = np.stack([_coverage(*rank.intervals[key], edges) for key in COLOURS])
+        winner = np.where(cover.max(axis=0) > 0, cover.argmax(axis=0), -1)
+        keys = list(COLOURS)
+        x = 0
+        while x < columns:  # runs of one colour as one rectangle
+            run_end = x
+            while run_end < columns and winner[run_end] == winner[x]:
+                run_end += 1
+            if winner[x] >= 0:
+                parts.append(
+                    f'<rect x="{left + x}" y="{y}" width="{run_end - x}" '
+                    f'height="{row_h - 3}" fill="{COLOURS[keys[winner[x]]]}"/>'
+                )
+            x = run_end
+    parts.append(
+        f'<text x="{left}" y="{height - 4}" class="label">0 s</text>'
+        f'<text x="{WIDTH - 20}" y="{height - 4}" class="label" text-anchor="end">'
+        f"{_clock(span)}</text></svg>"
+    )
+    return "".join(parts)
+
+
+def svg_breakdown(document: dict[str, Any]) -> str:
+    """The shares as one stacked bar."""
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="40" role="img" '
+        f'aria-label="breakdown">'
+    ]
+    x = 0.0
+    for key in COLOURS:
+        share = document["breakdown"][key]["share"]
+        w = share * WIDTH
+        if w > 0:
+            parts.append(
+                f'<rect x="{x:.1f}" y="4" width="{w:.1f}" height="32" '
+                f'fill="{COLOURS[key]}"><title>{LABELS[key]}: {share:.1%}</title></rect>'
+            )
+        x += w
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _bins(t: np.ndarray, values: np.ndarray, edges: np.ndarray, how: Any) -> np.ndarray:
+    index = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, len(edges) - 2)
+    out = np.full(len(edges) - 1, np.nan)
+    if not len(t):
+        return out
+    order = np.argsort(index, kind="stable")
+    index, values = index[order], values[order]
+    cuts = np.flatnonzero(np.diff(index)) + 1
+    for chunk_index, chunk in zip(np.split(index, cuts), np.split(values, cuts), strict=True):
+        finite = chunk[np.isfinite(chunk)]
+        if len(finite):
+            out[chunk_index[0]] = how(finite)
+    return out
+
+
+def svg_series(
+    title: str,
+    span: float,
+    lines: list[tuple[str, str, np.ndarray, np.ndarray]],
+    unit: str,
+    stacked: bool = False,
+) -> str | None:
+    """Lines (or stacked areas) over the run: (label, colour, t, values),
+    averaged into at most 300 bins; bins without a value are left out, not
+    drawn as zero. None when no line has a value."""
+    height, left, plot_w, plot_h = 190, 60, WIDTH - 80, 140
+    edges = np.linspace(0, span or 1.0, 301)
+    centres = (edges[:-1] + edges[1:]) / 2
+    binned = [(label, colour, _bins(t, v, edges, np.mean)) for label, colour, t, v in lines]
+    if not any(np.isfinite(v).any() for _, _, v in binned):
+        return None
+    if stacked:  # each area on the ones before it, where the first has a value
+        total = np.where(np.isfinite(binned[0][2]), 0.0, np.nan)
+        stacked_rows = []
+        for label, colour, values in binned:
+            total = total + np.nan_to_num(values)
+            stacked_rows.append((label, colour, total.copy()))
+        binned = stacked_rows
+    top = max(float(np.nanmax(v)) for _, _, v in binned if np.isfinite(v).any()) or 1.0
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+        f'role="img" aria-label="{html.escape(title)}">',
+        f'<rect x="{left}" y="10" width="{plot_w}" height="{plot_h}" class="frame"/>',
+        f'<text x="4" y="20" class="label">{_number(top)} {unit}</text>',
+        f'<text x="4" y="{10 + plot_h}" class="label">0</text>',
+    ]
+    for label, colour, values in reversed(binned) if stacked else binned:
+        points = [
+            (left + c / (span or 1.0) * plot_w, 10 + plot_h - v / top * plot_h)
+            for c, v in zip(centres, values, strict=True)
+            if np.isfinite(v)
+        ]
+        if not points:
+            continue
+        path = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
+        if stacked:
+            base = f"{points[-1][0]:.1f},{10 + plot_h} {points[0][0]:.1f},{10 + plot_h}"
+            parts.append(
+                f'<polygon points="{path} {base}" fill="{colour}" fill-opacity="0.85">'
+                f"<title>{html.escape(label)}</title></polygon>"
+            )
+        else:
+            parts.append(
+                f'<polyline points="{path}" fill="none" stroke="{colour}" '
+                f'stroke-width="2"><title>{html.escape(label)}</title></polyline>'
+            )
+    legend_x = left
+    for label, colour, _ in binned:
+        parts.append(
+            f'<rect x="{legend_x}" y="{height - 22}" width="12" height="12" '
+            f'fill="{colour}"/><text x="{legend_x + 16}" y="{height - 12}" '
+            f'class="label">{html.escape(label)}</text>'
+        )
+        legend_x += 24 + 7 * len(label)
+    parts.append(
+        f'<text x="{WIDTH - 20}" y="{height - 12}" class="label" text-anchor="end">'
+        f"{_clock(span)}</text></svg>"
+    )
+    return "".join(parts)
+
+
+def _number(value: float) -> str:
+    for unit, factor in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= factor:
+            return f"{value / factor:.1f}{unit}"
+    return f"{value:.3g}"
+
+
+def svg_percentiles(latency: dict[str, float] | None) -> str:
+    if not latency:
+        return "<p>No disk reads were sampled.</p>"
+    keys = ["p50", "p90", "p99", "max"]
+    top = max(latency[k] for k in keys) or 1.0
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="120" role="img" '
+        f'aria-label="disk read latency">'
+    ]
+    for i, key in enumerate(keys):
+        w = latency[key] / top * (WIDTH - 200)
+        parts.append(
+            f'<text x="4" y="{24 + i * 24}" class="label">{key}</text>'
+            f'<rect x="50" y="{10 + i * 24}" width="{max(w, 1):.1f}" height="18" '
+            f'fill="#e0902f"/><text x="{56 + w:.1f}" y="{24 + i * 24}" class="label">'
+            f"{latency[key]:,.0f} µs</text>"
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+STYLE = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 24px; color: #222; max-width: 960px; }
+h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 28px; }
+table { border-collapse: collapse; } td, th { padding: 2px 12px 2px 0; text-align: right; }
+td:first-child, th:first-child { text-align: left; }
+.swatch { display: inline-block; width: 10px; height: 10px; margin-right: 6px; }
+.big { font-size: 28px; font-weight: 600; }
+.label { font-size: 11px; fill: #444; } .frame { fill: #fafafa; stroke: #ccc; }
+.missing { color: #8b1e1e; }
+"""
+
+
+def _or_note(chart: str | None, note: str) -> str:
+    return chart if chart is not None else f"<p>{html.escape(note)}</p>"
+
+
+def render_html(report: Report, document: dict[str, Any]) -> str:
+    unit = document["unit"]
+    span = report.wall_s
+    rows = "".join(
+        f'<tr><td><span class="swatch" style="background:{colour}"></span>{label}</td>'
+        f"<td>{document['breakdown'][key]['seconds']:,.1f}</td>"
+        f"<td>{document['breakdown'][key]['share']:.1%}</td>"
+        + (
+            f"<td>{document['cost']['by_loss'].get(key, 0):,.2f}</td>"
+            if document.get("cost") and key != "productive"
+            else "<td></td>"
+        )
+        + "</tr>"
+        for key, label, colour in CATEGORIES
+    )
+    cost = document.get("cost")
+    cost_line = (
+        (
+            f"<p>Cost: <b>{cost['total']:,.2f}</b> at {cost['price_per_hour']:g} per "
+            f"{unit}-hour, of which <b>{cost['not_productive']:,.2f}</b> bought no training "
+            "step.</p>"
+        )
+        if cost
+        else "<p>Cost: give --price-per-gpu-hour.</p>"
+    )
+    steps = [(r.step_ends, r.step_lengths, r.step_data) for r in report.ranks if r.node == 0]
+    t = np.concatenate([s[0] for s in steps]) if steps else np.zeros(0)
+    lengths = np.concatenate([s[1] for s in steps]) if steps else np.zeros(0)
+    data = np.concatenate([s[2] for s in steps]) if steps else np.zeros(0)
+    step_chart = _or_note(
+        svg_series(
+            "step time",
+            span,
+            [
+                ("waiting for data", COLOURS["data"], t, data),
+                ("the rest of the step", COLOURS["productive"], t, lengths - data),
+            ],
+            "s per step",
+            stacked=True,
+        ),
+        "No step after the first was recorded.",
+    )
+    m = report.nodes[0].monitor
+    no_gpu = "The monitor saw no GPU" + (f" ({m.unavailable})." if m and m.unavailable else ".")
+    if m:
+        t = m.boottime - report.nodes[0].start
+        util_chart = _or_note(
+            svg_series(
+                "GPU utilization",
+                span,
+                [("GPU utilization, mean", "#2e9d5b", t, m.gpu_util)],
+                "%",
+            ),
+            no_gpu,
+        )
+        link_chart = _or_note(
+            svg_series(
+                "interconnect",
+                span,
+                [
+                    ("PCIe TX+RX", "#5b8fc7", t, m.pcie),
+                    ("NVLink TX+RX", "#7a5cc4", t, m.nvlink),
+                ],
+                "B/s",
+            ),
+            no_gpu,
+        )
+    else:
+        util_chart = link_chart = "<p>No monitor samples.</p>"
+    latency = (document.get("monitor") or {}).get("disk_read_latency_us")
+    findings_html = "".join(f"<li>{html.escape(note)}</li>" for note in document["findings"])
+    missing_html = "".join(
+        f'<li class="missing">{html.escape(m)}</li>' for m in document["missing"]
+    )
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>pyinit report: {html.escape(", ".join(document["run_dirs"]))}</title>
+<style>{STYLE}</style></head><body>
+<h1>Where the {unit}-hours went</h1>
+<p>{html.escape(", ".join(document["run_dirs"]))}: {_count(document["ranks"], unit)} on
+{_count(document["nodes"], "node")}, wall {_clock(document["wall_s"])} from {document["origin"]},
+{document[f"{unit.lower()}_hours"]:.4f} {unit}-hours, {document["steps"]:,} steps{
+        "" if document["ended"] else " <b>(no end: a partial run)</b>"
+    }.</p>
+<p>Effective training time <span class="big">{document["effective_training_time"]:.1%}</span>
+(productive step time over wall time, summed over {unit}s)</p>
+{svg_breakdown(document)}
+<table><tr><th></th><th>{unit}-seconds</th><th>share</th><th>{"cost" if cost else ""}</th></tr>
+{rows}</table>
+{cost_line}
+<h2>Findings, largest loss first</h2><ol>{findings_html}</ol>
+<h2>Phases per rank</h2>{svg_timeline(report)}
+<h2>Step time over the run (node 0's ranks)</h2>{step_chart}
+<h2>GPU utilization</h2>{util_chart}
+<h2>Interconnect traffic</h2>{link_chart}
+<h2>Disk read latency (monitor)</h2>{svg_percentiles(latency)}
+{"<h2>Missing</h2><ul>" + missing_html + "</ul>" if missing_html else ""}
+<p class="label">pyinit report, {time.strftime("%Y-%m-%d %H:%M")}</p>
+</body></html>
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="pyinit report", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "run_dirs",
+        nargs="+",
+        metavar="RUN_DIR",
+        help="a pyinit run folder (--run-dir); one per node",
+    )
+    parser.add_argument(
+        "--out", metavar="FILE.html", help="where the HTML goes (default: RUN_DIR/report.html)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
+    parser.add_argument(
+        "--price-per-gpu-hour",
+        type=argtypes.number(0.0, 1e6),
+        metavar="P",
+        help="what one GPU-hour costs, for the cost lines",
+    )
+    args = parser.parse_args(argv)
+    folders = [Path(f) for f in args.run_dirs]
+    for folder in folders:
+        if not folder.is_dir():
+            raise InputError("not a folder (give the run's --run-dir)", file=str(folder))
+    report = build(folders, args.price_per_gpu_hour)
+    document = report.summary()
+    out = Path(args.out) if args.out else folders[0] / "report.html"
+    write_text(out, render_html(report, document))
+    document["html"] = str(out)
+    if args.json:
+        sys.stdout.write(json.dumps(document, indent=1) + "\n")
+    else:
+        sys.stdout.write(text(document) + f"wrote {out}\n")
+    return 0
