@@ -82,6 +82,11 @@ class NodeList:
         This node's index.
         """
     @property
+    def planned_elsewhere(self) -> bool:
+        """
+        node_rank was given (--node), not found among this machine's addresses.
+        """
+    @property
     def source(self) -> str:
         """
         The hostfile.
@@ -261,9 +266,9 @@ def expand_nodelist(nodelist: str) -> list[str]:
     """
     node[01-03],gpu-a -> [node01, node02, node03, gpu-a] (SLURM style).
     """
-def load_node_list(hostfile: str, hostfile_text: str = '') -> NodeList:
+def load_node_list(hostfile: str, hostfile_text: str = '', node: typing.SupportsInt | typing.SupportsIndex = -1) -> NodeList:
     """
-    This node among the nodes of a hostfile of IP addresses (hostfile_text instead of reading the file when given; the path still names errors). InputError for bad content, OSError when the file cannot be read.
+    This node among the nodes of a hostfile of IP addresses (hostfile_text instead of reading the file when given; the path still names errors), or node `node` of them when it is not -1 (a plan for another machine). InputError for bad content, OSError when the file cannot be read.
     """
 def load_topology(text: str, source: str) -> Topology:
     """

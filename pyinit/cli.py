@@ -120,6 +120,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 def _cmd_nccl(args: argparse.Namespace) -> int:
     from pyinit.nccl import configure
 
+    if args.node is not None and not args.hostfile:
+        raise InputError("--node needs --hostfile: the cluster it is a node of")
     nvml = _read_nvml(args)
     config = configure(
         args.sysfs_root,
@@ -132,6 +134,7 @@ def _cmd_nccl(args: argparse.Namespace) -> int:
         nvml=nvml,
         proc_root=args.proc_root,
         dns=not args.no_dns,
+        node=args.node,
     )
     config.write()
     sys.stdout.write(config.summary())
@@ -269,6 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
     nccl.add_argument("--sysfs-root", default="/sys", metavar="DIR", help="the tree to scan")
     nccl.add_argument("--hints", metavar="FILE", help="regroup devices under switches/NUMA nodes")
     nccl.add_argument("--hostfile", metavar="FILE", help="one IP address per node, node 0 first")
+    nccl.add_argument("--node", type=argtypes.whole(0, 65535), metavar="K",
+                      help="write node K's files (of the hostfile, with this topology): a plan "
+                      "for a cluster of such nodes")  # fmt: skip
     nccl.add_argument("--out", default=".", metavar="DIR", help="where the files go (default .)")
     nccl.add_argument(
         "--force-rings", action="store_true", help="make NCCL use the computed rings unchecked"

@@ -57,12 +57,15 @@ def _address(path: str, line: int, host: str) -> str:
     return str(found[0][4][0])
 
 
-def load_nodes(hostfile: str, *, dns: bool = True) -> _native.NodeList:
+def load_nodes(hostfile: str, *, dns: bool = True, node: int | None = None) -> _native.NodeList:
     """This node among the hostfile's nodes, the file read once: host names
     resolved here (``dns=False``: names are an error, as in the executable,
-    which never resolves). ``InputError`` naming the file and line for bad
-    content, ``OSError`` when the file cannot be read."""
-    return _native.load_node_list(hostfile, resolve_hostfile(hostfile) if dns else "")
+    which never resolves). ``node``: plan for that node of the hostfile
+    instead (another machine: its addresses are not looked for here).
+    ``InputError`` naming the file and line for bad content, ``OSError`` when
+    the file cannot be read."""
+    text = resolve_hostfile(hostfile) if dns else ""
+    return _native.load_node_list(hostfile, text, -1 if node is None else node)
 
 
 def configure(
@@ -80,12 +83,13 @@ def configure(
     environment: Mapping[str, str] | None = None,
     proc_root: str = "/proc",
     dns: bool = True,
+    node: int | None = None,
 ) -> _native.NcclConfig:
     """Builds the configuration without writing it; call ``.write()`` for that.
 
     ``topology`` and ``nodes`` are used as given (a scan and a node list made
     once per run); without them ``sysfs_root`` is scanned and ``hostfile``
-    loaded (see :func:`load_nodes`).
+    loaded (see :func:`load_nodes`; ``node`` plans for that node of it).
 
     ``environment`` (default ``os.environ``): ``NCCL_*`` values set there win
     over pod-init's and are reported. Raises ``ValueError``
@@ -94,8 +98,10 @@ def configure(
     """
     if topology is None:
         topology = scan(str(sysfs_root), probe_bar0=False)
+    if node is not None and not hostfile and nodes is None:
+        raise InputError("node needs a hostfile: the cluster it is a node of")
     if nodes is None and hostfile:
-        nodes = load_nodes(hostfile, dns=dns)
+        nodes = load_nodes(hostfile, dns=dns, node=node)
     env = os.environ if environment is None else environment
     return _native.nccl_config(
         topology._native,

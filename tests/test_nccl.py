@@ -243,6 +243,71 @@ def test_hostfile_writes_hosts_and_rail_aligned_channels(
     assert graph.get("typeinter") in {"PIX", "PXB"}
 
 
+def cluster_hostfile(folder: Path, nodes: int) -> Path:
+    path = folder / f"hosts-{nodes}"
+    path.write_text("".join(f"10.{i // 4000}.{i // 250 % 16}.{i % 250 + 1} slots=8\n"
+                            for i in range(nodes)))  # fmt: skip
+    return path
+
+
+@pytest.mark.parametrize("count", [64, 512])
+def test_every_node_of_a_large_cluster_plans_the_same_rings(eightgpu_tree, tmp_path, count):
+    """Each node's files, as that node would write them: one ring order, every
+    rank exactly once, every NIC rail used as often as the others, and the same
+    bytes when planned again."""
+    from pyinit.nccl import configure, load_nodes
+
+    hostfile = cluster_hostfile(tmp_path, count)
+    topology = scan(eightgpu_tree, probe_bar0=False)
+    ranks, graphs, hosts = [], set(), set()
+    for node in range(count):
+        config = configure(topology=topology, nodes=load_nodes(str(hostfile), node=node),
+                           out_dir=str(tmp_path / "out"), channels=8, environment={})  # fmt: skip
+        assert config.node_rank == node
+        files = config.files
+        ranks += [int(g.get("rank")) for g in ET.fromstring(files["nccl-topo.xml"]).iter("gpu")]
+        graphs.add(files["nccl-graph.xml"])
+        hosts.add(files["hosts"])
+        # Another machine's interfaces are not here: no socket interface is guessed for it.
+        assert "NCCL_SOCKET_IFNAME" not in config.env
+    assert sorted(ranks) == list(range(8 * count))
+    assert len(graphs) == 1 and len(hosts) == 1
+    assert (
+        next(iter(hosts)).splitlines()[-1] == f"10.{(count - 1) // 4000}."
+        f"{(count - 1) // 250 % 16}.{(count - 1) % 250 + 1} node-{count - 1}"
+    )
+    graph = ET.fromstring(next(iter(graphs))).find("graph")
+    rails = [channel[0].get("dev") for channel in graph]
+    uses = {rail: rails.count(rail) for rail in rails}
+    assert len(uses) == 4 and len(set(uses.values())) == 1, uses
+    # Every channel is the one ring, cut where its rail enters and leaves.
+    ring = list(config.ring)
+    rotations = {tuple(ring[i:] + ring[:i]) for i in range(len(ring))}
+    rotations |= {tuple(reversed(r)) for r in rotations}
+    for channel in graph:
+        assert tuple(int(g.get("dev")) for g in channel.iter("gpu")) in rotations
+    again = configure(topology=topology, nodes=load_nodes(str(hostfile), node=count - 1),
+                      out_dir=str(tmp_path / "out"), channels=8, environment={})  # fmt: skip
+    assert again.files["nccl-graph.xml"] == next(iter(graphs))
+
+
+def test_the_executables_plan_another_node(pod_init_bin, pyinit_bin, eightgpu_tree, tmp_path,
+                                          proc_root):  # fmt: skip
+    hostfile = cluster_hostfile(tmp_path, 64)
+    outputs = []
+    for tool in (pod_init_bin, pyinit_bin):
+        out = tmp_path / tool.name
+        extra = ["--no-nvml"] if tool == pyinit_bin else []
+        done = nccl(tool, eightgpu_tree, out, proc_root, "--hostfile", hostfile, "--node", "63",
+                    "--socket-ifname", "ens1f0", *extra)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert "this is node-63, master node-0 10.0.0.1" in done.stdout
+        assert "NCCL_SOCKET_IFNAME==ens1f0" in (out / "nccl.env").read_text()  # "=": exactly
+        outputs.append({p.name: p.read_text() for p in out.iterdir()})
+    assert outputs[0]["nccl-graph.xml"] == outputs[1]["nccl-graph.xml"]
+    assert outputs[0]["hosts"] == outputs[1]["hosts"]
+
+
 HINTS, HOSTS = ["--hints", "{hints}"], ["--hostfile", "{hosts}"]
 BAD_INPUT = [
     # (files to write, extra arguments, what stderr must say)
@@ -253,6 +318,12 @@ BAD_INPUT = [
     ({"hosts": "192.0.2.200\n192.0.2.201\n"}, HOSTS, "{hosts}: none of this node's addresses"),
     ({}, ["--socket-ifname", "nosuch0"], "no network interface named 'nosuch0'"),
     ({}, ["--channels", "0"], "--channels"),
+    (
+        {"hosts": "10.0.0.1\n10.0.0.2\n"},
+        [*HOSTS, "--node", "2"],
+        "{hosts}: --node 2: the hostfile has 2 nodes (0 to 1)",
+    ),
+    ({}, ["--node", "1"], "--node needs --hostfile"),
 ]
 
 

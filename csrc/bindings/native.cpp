@@ -333,18 +333,22 @@ PYBIND11_MODULE(_native, m) {
       .def_readonly("node_rank", &pod_init::NodeList::node_rank, "This node's index.")
       .def_readonly("interface", &pod_init::NodeList::interface,
                     "The interface holding this node's address.")
-      .def_readonly("source", &pod_init::NodeList::source, "The hostfile.");
+      .def_readonly("source", &pod_init::NodeList::source, "The hostfile.")
+      .def_readonly("planned_elsewhere", &pod_init::NodeList::planned_elsewhere,
+                    "node_rank was given (--node), not found among this machine's addresses.");
 
   m.def(
       "load_node_list",
-      [](const std::string& hostfile, const std::string& hostfile_text) {
+      [](const std::string& hostfile, const std::string& hostfile_text, int node) {
+        if (node < -1) throw py::value_error("node must be >= 0, or -1 for this machine");
         py::gil_scoped_release release;
-        return pod_init::load_node_list(hostfile, hostfile_text);
+        return pod_init::load_node_list(hostfile, hostfile_text, node);
       },
-      py::arg("hostfile"), py::arg("hostfile_text") = "",
+      py::arg("hostfile"), py::arg("hostfile_text") = "", py::arg("node") = -1,
       "This node among the nodes of a hostfile of IP addresses (hostfile_text instead of reading "
-      "the file when given; the path still names errors). InputError for bad content, OSError "
-      "when the file cannot be read.");
+      "the file when given; the path still names errors), or node `node` of them when it is "
+      "not -1 (a plan for another machine). InputError for bad content, OSError when the file "
+      "cannot be read.");
 
   m.def(
       "supervise",

@@ -199,7 +199,7 @@ std::string hosts_lines(const std::vector<HostEntry>& hosts) {
   return out;
 }
 
-NodeList load_node_list(const std::string& path, const std::string& text) {
+NodeList load_node_list(const std::string& path, const std::string& text, int node) {
   NodeList nodes;
   nodes.source = path;
   std::string content = text;
@@ -210,6 +210,17 @@ NodeList load_node_list(const std::string& path, const std::string& text) {
   LineError error;
   if (parse_hostfile(content, false, &nodes.hosts, &error) < 0) {
     throw InputError(path, error.line, error.message);
+  }
+  if (node >= 0) {
+    if (static_cast<size_t>(node) >= nodes.hosts.size()) {
+      throw InputError(path, 0,
+                       "--node " + std::to_string(node) + ": the hostfile has " +
+                           std::to_string(nodes.hosts.size()) + " nodes (0 to " +
+                           std::to_string(nodes.hosts.size() - 1) + ")");
+    }
+    nodes.node_rank = node;
+    nodes.planned_elsewhere = true;
+    return nodes;
   }
   std::vector<InterfaceAddress> interfaces;
   int rc = interface_addresses(&interfaces);

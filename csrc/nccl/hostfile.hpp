@@ -41,17 +41,20 @@ int find_own_rank(const std::vector<HostEntry>& hosts,
 std::string hosts_lines(const std::vector<HostEntry>& hosts);
 
 struct NodeList {
-  std::vector<HostEntry> hosts;  // node 0 (the master) first
-  int node_rank = 0;             // this node's index
-  std::string interface;         // the interface holding this node's address
-  std::string source;            // the hostfile, naming errors about its lines
+  std::vector<HostEntry> hosts;    // node 0 (the master) first
+  int node_rank = 0;               // this node's index
+  std::string interface;           // the interface holding this node's address
+  std::string source;              // the hostfile, naming errors about its lines
+  bool planned_elsewhere = false;  // node_rank was given: files for another machine
 };
 
 // The API layer over the above: parses the hostfile (`text`, or read from
 // `path` when empty; names are an error) and finds this node by the addresses
-// of its interfaces. Throws InputError naming the file and line, SysError when
-// the interfaces cannot be listed.
-NodeList load_node_list(const std::string& path, const std::string& text);
+// of its interfaces, or takes `node` (0 to hosts - 1) when it is not -1: a plan
+// for that node of a cluster this machine need not belong to. Throws
+// InputError naming the file and line (or the node out of range), SysError
+// when the interfaces cannot be listed.
+NodeList load_node_list(const std::string& path, const std::string& text, int node = -1);
 
 // Canonical text of an IPv4/IPv6 address; "" when `text` is not one.
 std::string canonical_address(std::string_view text);

@@ -125,6 +125,14 @@ void propose(const NcclRequest& request, NcclConfig* config, const std::string& 
 
 void choose_socket_interface(const NcclRequest& request, NcclConfig* config) {
   bool multi_node = config->hosts.size() > 1;
+  if (request.nodes.planned_elsewhere) {
+    // Another machine's interfaces and routes are not here to look at.
+    if (!request.socket_ifname.empty()) {
+      propose(request, config, "NCCL_SOCKET_IFNAME", "=" + request.socket_ifname,
+              "given with --socket-ifname");
+    }
+    return;
+  }
   if (!request.socket_ifname.empty()) {
     if (!interface_exists(request.socket_ifname)) {
       throw InputError(

@@ -58,12 +58,15 @@ constexpr CommandHelp kCommands[] = {
      "          --sysfs-root DIR (default /sys), --json one document, --expect-gpus N\n"
      "          (0 to 4096) an error finding for fewer, --no-bar0 no BAR0 mapping.\n"},
     {"nccl",
-     "pod-init nccl [--sysfs-root DIR] [--hints FILE] [--hostfile FILE] [--out DIR]\n"
-     "              [--force-rings] [--socket-ifname NAME] [--channels N] [--proc-root DIR]\n",
+     "pod-init nccl [--sysfs-root DIR] [--hints FILE] [--hostfile FILE [--node K]]\n"
+     "              [--out DIR] [--force-rings] [--socket-ifname NAME] [--channels N]\n"
+     "              [--proc-root DIR]\n",
      "  nccl    NCCL configuration: writes nccl-topo.xml, nccl-graph.xml, nccl.env (and\n"
      "          hosts with --hostfile) in DIR (default .) and prints the rings. Defaults:\n"
      "          --sysfs-root /sys, --proc-root /proc, --channels from the ring's bandwidth\n"
-     "          (1 to 32), --socket-ifname the interface that reaches node 0.\n"},
+     "          (1 to 32), --socket-ifname the interface that reaches node 0. --node K\n"
+     "          writes node K's files (of the hostfile's nodes, this machine's topology)\n"
+     "          instead of this machine's own: a plan for a cluster of such nodes.\n"},
     {"read", "pod-init read PATH [--offset BYTES] [--length BYTES] [--queue-depth N]\n",
      "  read    Reads PATH (a file or block device) with the O_DIRECT reader and prints\n"
      "          the SHA-256 of the bytes read. Defaults: --offset 0, --length to the end,\n"
@@ -170,6 +173,7 @@ int run_topo(const std::vector<std::string>& args) {
 int run_nccl(const std::vector<std::string>& args) {
   pod_init::NcclRequest request;
   std::string sysfs_root = "/sys", proc_root = "/proc", hints, hostfile;
+  int node = -1;
   const std::pair<const char*, std::string*> paths[] = {
       {"--sysfs-root", &sysfs_root}, {"--proc-root", &proc_root},
       {"--hints", &hints},           {"--hostfile", &hostfile},
@@ -192,6 +196,13 @@ int run_nccl(const std::vector<std::string>& args) {
       }
       request.channels = static_cast<int>(*count);
       ++i;
+    } else if (arg == "--node") {
+      auto index = value ? pod_init::sysfs::parse_int(*value) : std::nullopt;
+      if (!index || *index < 0 || *index >= static_cast<int64_t>(pod_init::kMaxHosts)) {
+        return usage_error("--node needs a node index from 0");
+      }
+      node = static_cast<int>(*index);
+      ++i;
     } else if (arg == "-h" || arg == "--help") {
       return print_help("nccl");
     } else {
@@ -211,7 +222,10 @@ int run_nccl(const std::vector<std::string>& args) {
       request.hints = pod_init::read_topo_hints(hints);
       request.hints_source = hints;
     }
-    if (!hostfile.empty()) request.nodes = pod_init::load_node_list(hostfile, "");
+    if (node >= 0 && hostfile.empty()) {
+      throw pod_init::InputError("", 0, "--node needs --hostfile: the cluster it is a node of");
+    }
+    if (!hostfile.empty()) request.nodes = pod_init::load_node_list(hostfile, "", node);
     request.cpu = pod_init::read_cpu_identity(proc_root);
     request.gpudirect_known = pod_init::gpudirect_loaded(sysfs_root);
     pod_init::NcclConfig config = pod_init::build_nccl_config(request);
