@@ -26,7 +26,9 @@ import ctypes
 import fcntl
 import json
 import os
+import socket
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -232,6 +234,23 @@ class _Parser(argparse.ArgumentParser):
         self.exit(UNKNOWN, f"{self.prog}: {message}\n")
 
 
+def drain(node: str | None, reason: str) -> None:
+    """Tells SLURM to drain this node (no new jobs; running ones finish):
+    slurmd runs a HealthCheckProgram but leaves the draining to it. A failure
+    to reach the controller is said on stderr; the exit status stays the
+    check's."""
+    name = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    command = ["scontrol", "update", f"NodeName={name}", "State=DRAIN", f"Reason={reason[:200]}"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        sys.stderr.write(f"pyinit check: could not drain {name}: {e}\n")
+        return
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        sys.stderr.write(f"pyinit check: could not drain {name}: {said}\n")
+
+
 def main(argv: list[str] | None, nvml_backend: Any = None) -> int:
     parser = _Parser(prog="pyinit check", description=__doc__.split("\n\n")[0],
                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
@@ -245,6 +264,12 @@ def main(argv: list[str] | None, nvml_backend: Any = None) -> int:
                         help="the kernel log (or a saved dmesg text)")  # fmt: skip
     parser.add_argument("--nvml-replay", metavar="FILE",
                         help="NVML answers recorded by `pyinit nvml --record`")  # fmt: skip
+    parser.add_argument("--slurm-drain", action="store_true",
+                        help="when CRITICAL, drain this node in SLURM with the summary line as "
+                        "the reason (as HealthCheckProgram or in a prolog)")  # fmt: skip
+    parser.add_argument("--slurm-node", metavar="NAME",
+                        help="this node's SLURM name (default: $SLURMD_NODENAME, else the "
+                        "short host name)")  # fmt: skip
     args = parser.parse_args(argv)
     args.nvml_backend = nvml_backend
     if args.nvml_replay:
@@ -268,6 +293,8 @@ def main(argv: list[str] | None, nvml_backend: Any = None) -> int:
         sys.stdout.write(first_line + "\n")
         for problem in sorted(problems, key=lambda p: -p.state):
             sys.stdout.write(problem.line() + "\n")
+    if args.slurm_drain and state == CRITICAL:
+        drain(args.slurm_node, first_line)
     if hung:
         # A probe still blocked (in a read, in the driver) must not hold the exit.
         sys.stdout.flush()

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -62,14 +64,18 @@ def run_json(cmd: list[str | os.PathLike]) -> tuple[int, dict]:
     return proc.returncode, json.loads(proc.stdout)
 
 
+def node_addresses(count: int) -> list[str]:
+    return [f"10.77.0.{i + 1}" for i in range(count)]
+
+
 # Addresses of the nodes `three_namespaces` makes, node 0 first (tests import it).
-NODES = ["10.77.0.1", "10.77.0.2", "10.77.0.3"]
+NODES = node_addresses(3)
 NAMESPACE_SETS = itertools.count()
 
 
-@pytest.fixture
-def three_namespaces():
-    """Three network namespaces on one bridge, each with its own address."""
+@contextlib.contextmanager
+def namespaces(count: int) -> Iterator[list[str]]:
+    """`count` network namespaces on one bridge, node i at node_addresses(count)[i]."""
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
     if shutil.which("ip") is None:
@@ -86,7 +92,7 @@ def three_namespaces():
     ip("link", "set", bridge, "up")
     names = []
     try:
-        for i, address in enumerate(NODES):
+        for i, address in enumerate(node_addresses(count)):
             ns = f"{tag}n{i}"
             names.append(ns)
             ip("netns", "add", ns)
@@ -101,6 +107,20 @@ def three_namespaces():
             subprocess.run(["ip", "netns", "pids", ns], capture_output=True)
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         subprocess.run(["ip", "link", "del", bridge], capture_output=True)
+
+
+@pytest.fixture
+def three_namespaces():
+    """Three network namespaces on one bridge, each with its own address (NODES)."""
+    with namespaces(3) as names:
+        yield names
+
+
+@pytest.fixture
+def eight_namespaces():
+    """Eight, at node_addresses(8): the width of the reference deployment."""
+    with namespaces(8) as names:
+        yield names
 
 
 @pytest.fixture
@@ -128,3 +148,24 @@ def fill(mount: Path) -> None:
             except OSError as e:
                 assert e.errno == 28, e  # ENOSPC: full at this chunk size
         os.fsync(f.fileno())
+
+
+ROOT = Path(__file__).resolve().parent.parent
+# The example, made as small as it goes: these tests are about the runtime.
+EXAMPLE = ROOT / "examples" / "train_tiny.py"
+TINY = ["--seq-len", "32", "--batch-size", "8", "--width", "32", "--layers", "1",
+        "--log-every", "5"]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def shards() -> Iterator[Path]:
+    """Two token shards of the project's own text, for the example."""
+    folder = Path("/var/tmp") / f"pyinit-shards-{os.getpid()}"
+    subprocess.run([sys.executable, ROOT / "examples" / "make_corpus.py", "--out",
+                    folder / "corpus.jsonl", "--megabytes", "0.5"], check=True,
+                   capture_output=True)  # fmt: skip
+    from pyinit.data.sharder import shard
+
+    shard([str(folder / "corpus.jsonl")], str(folder / "shards"), 2)
+    yield folder / "shards"
+    shutil.rmtree(folder, ignore_errors=True)

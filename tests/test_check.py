@@ -110,3 +110,18 @@ def test_the_kernel_log_is_read_without_blocking():
     began = time.monotonic()
     events = read_kernel_log("/dev/kmsg")
     assert time.monotonic() - began < 5 and all(e.source == "kmsg" for e in events)
+
+
+def test_a_drain_that_cannot_reach_slurm_is_one_line_and_keeps_the_status(pyinit_bin, tmp_path):
+    import shutil
+
+    if shutil.which("scontrol") is None:
+        pytest.skip("no scontrol (./bootstrap test installs slurm-client)")
+    env = {**os.environ, "SLURM_CONF": str(tmp_path / "no-such-slurm.conf")}
+    done = subprocess.run([pyinit_bin, "check", "--slurm-drain", "--slurm-node", "gpu-07",
+                           "--expect-gpus", "8", "--kmsg", os.devnull], capture_output=True,
+                          text=True, env=env, timeout=60)  # fmt: skip
+    assert done.returncode == 2  # CRITICAL, as without --slurm-drain
+    assert done.stdout.startswith("POD-INIT CHECK CRITICAL")
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pyinit check: could not drain gpu-07: ")

@@ -22,13 +22,13 @@ import shutil
 import signal
 import struct
 import subprocess
-import sys
 import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import EXAMPLE, TINY
 
 from pyinit.run import report, steps
 
@@ -195,21 +195,10 @@ def test_phases_count_once_and_only_inside_a_run(tmp_path):
     assert rows[1][3:] == (0.0, 0.0)
 
 
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory, pyinit_bin) -> Path:
-    folder = tmp_path_factory.mktemp("report-data")
-    subprocess.run([sys.executable, ROOT / "examples/make_corpus.py", "--out",
-                    folder / "corpus.jsonl", "--megabytes", "1"], check=True,
-                   capture_output=True)  # fmt: skip
-    subprocess.run([pyinit_bin, "shard", folder / "corpus.jsonl", "--out", folder / "shards",
-                    "--shards", "2", "--quiet"], check=True)  # fmt: skip
-    return folder / "shards"
-
-
 def train_command(pyinit_bin, run_dir: Path, shards: Path, *extra: str) -> list[str]:
     return [str(pyinit_bin), "run", "--nproc-per-node", "2", "--run-dir", str(run_dir),
-            "--monitor-interval", "1", "--", str(ROOT / "examples/train_tiny.py"), "--data",
-            str(shards), "--width", "32", "--layers", "1", *extra]  # fmt: skip
+            "--monitor-interval", "1", "--", str(EXAMPLE), "--data", str(shards), *TINY,
+            *extra]  # fmt: skip
 
 
 @pytest.mark.slow

@@ -13,35 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import NODES
+from conftest import EXAMPLE, NODES, TINY, node_addresses
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "examples" / "train_tiny.py"
-TINY = [
-    "--seq-len",
-    "32",
-    "--batch-size",
-    "8",
-    "--width",
-    "32",
-    "--layers",
-    "1",
-    "--log-every",
-    "5",
-]
-
-
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory) -> Path:
-    folder = Path("/var/tmp") / f"pyinit-run-{os.getpid()}"
-    subprocess.run([sys.executable, ROOT / "examples" / "make_corpus.py", "--out",
-                    folder / "corpus.jsonl", "--megabytes", "0.5"], check=True,
-                   capture_output=True)  # fmt: skip
-    from pyinit.data.sharder import shard
-
-    shard([str(folder / "corpus.jsonl")], str(folder / "shards"), 2)
-    yield folder / "shards"
-    subprocess.run(["rm", "-rf", folder])
 
 
 def pyinit_run(pyinit_bin, *args, **kwargs) -> subprocess.CompletedProcess:
@@ -226,6 +200,38 @@ def test_a_killed_node_ends_the_others_and_is_named(pyinit_bin, three_namespaces
         assert end["event"] == "end" and end["status"] != 0
         assert end["unreachable_nodes"] == [{"rank": 2, "address": NODES[2]}], end
     assert progress.exists()
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_eight_nodes_join_sum_and_name_a_killed_one(pyinit_bin, eight_namespaces, tmp_path, shards):
+    """The reference deployment's width, a worker per node on this machine: all
+    eight join one rendezvous, the all-reduce sums over all, and when node 7 is
+    killed the other seven end and name it."""
+    addresses = node_addresses(8)
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("\n".join(addresses) + "\n")
+    procs = start_nodes(pyinit_bin, eight_namespaces, hostfile, tmp_path, 100000, shards)
+    deadline = time.monotonic() + 400
+    seen = ""
+    while "step " not in seen:
+        assert time.monotonic() < deadline, "training did not start"
+        line = procs[0].stdout.readline()
+        assert line or procs[0].poll() is None, procs[0].stderr.read()[-3000:]
+        seen += line
+    assert "all-reduce: sum 36 over 8 ranks, expected 36" in seen
+    pids = subprocess.run(["ip", "netns", "pids", eight_namespaces[7]], capture_output=True,
+                          text=True, check=True).stdout.split()  # fmt: skip
+    for pid in pids:
+        os.kill(int(pid), signal.SIGKILL)
+    for proc in procs[:7]:
+        proc.communicate(timeout=180)
+        assert proc.returncode != 0
+    procs[7].communicate(timeout=60)
+    for ns in eight_namespaces[:7]:
+        end = events(tmp_path / ns)[-1]
+        assert end["event"] == "end" and end["status"] != 0
+        assert end["unreachable_nodes"] == [{"rank": 7, "address": addresses[7]}], end
 
 
 def test_nodes_from_slurm_and_from_the_environment(monkeypatch):

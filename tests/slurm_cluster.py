@@ -1,0 +1,227 @@
+"""A real SLURM cluster on one machine, for tests and for trying pod-init
+with SLURM: Debian's slurmctld, one slurmd per node, each node in its own
+network namespace (its address on a bridge) and UTS namespace (its host
+name), and munge for their credentials. Root only.
+
+    python tests/slurm_cluster.py up 3 /tmp/slurm     # prints the SLURM_CONF to export
+    python tests/slurm_cluster.py down /tmp/slurm
+
+The controller listens on the bridge (10.78.T.1); node i is `node{i}` at
+10.78.T.(i + 2), with a hosts file bind-mounted over /etc/hosts in its mount
+namespace, so job steps resolve the nodes' names as a real cluster's would.
+Job steps run as root, tracked by process (proctrack/linuxproc), no cgroups.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SETS = itertools.count()
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True)
+
+
+class SlurmCluster:
+    def __init__(self, folder: Path, count: int, health_program: str | None = None,
+                 health_interval: int = 0, subnet: int | None = None):  # fmt: skip
+        self.folder = Path(folder)
+        self.count = count
+        self.health_program = health_program
+        self.health_interval = health_interval
+        self.subnet = subnet if subnet is not None else 78 + next(SETS) % 100
+        self.tag = f"sl{os.getpid() % 10000}x{self.subnet}"
+        self.names = [f"node{i}" for i in range(count)]
+        self.addresses = [f"10.{self.subnet}.0.{i + 2}" for i in range(count)]
+        self.controller = f"10.{self.subnet}.0.1"
+        self.namespaces = [f"{self.tag}n{i}" for i in range(count)]
+        self.conf = self.folder / "slurm.conf"
+        self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+        self._daemons: list[subprocess.Popen] = []
+        self._munged = False
+
+    # --- bring-up ---------------------------------------------------------------------
+
+    def __enter__(self) -> SlurmCluster:
+        try:
+            self.up()
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+    def up(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for sub in ("state", "spool", "logs"):
+            (self.folder / sub).mkdir(exist_ok=True)
+        self._start_munge()
+        bridge = f"{self.tag}br"
+        _ip("link", "add", bridge, "type", "bridge")
+        _ip("addr", "add", f"{self.controller}/24", "dev", bridge)
+        _ip("link", "set", bridge, "up")
+        for i, (ns, address) in enumerate(zip(self.namespaces, self.addresses, strict=True)):
+            _ip("netns", "add", ns)
+            _ip("link", "add", f"{self.tag}v{i}", "type", "veth", "peer", "name", "eth0",
+                "netns", ns)  # fmt: skip
+            _ip("link", "set", f"{self.tag}v{i}", "master", bridge, "up")
+            _ip("-n", ns, "addr", "add", f"{address}/24", "dev", "eth0")
+            _ip("-n", ns, "link", "set", "eth0", "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+        hosts = ["127.0.0.1 localhost", f"{self.controller} ctl"]
+        hosts += [f"{a} {n}" for a, n in zip(self.addresses, self.names, strict=True)]
+        (self.folder / "hosts").write_text("\n".join(hosts) + "\n")
+        self.conf.write_text(self.config())
+        self._daemons.append(self._spawn(None, "ctl", "slurmctld"))
+        for ns, name in zip(self.namespaces, self.names, strict=True):
+            self._daemons.append(self._spawn(ns, name, "slurmd"))
+        self.wait_for(lambda states: all(s in ("idle", "drained", "draining") for s in states),
+                      "every node up")  # fmt: skip
+
+    def config(self) -> str:
+        d = self.folder
+        lines = [
+            "ClusterName=podinit",
+            f"SlurmctldHost=ctl({self.controller})",
+            "AuthType=auth/munge", "CredType=cred/munge",
+            "SlurmUser=root", "SlurmdUser=root",
+            f"StateSaveLocation={d}/state", f"SlurmdSpoolDir={d}/spool/%n",
+            f"SlurmctldPidFile={d}/slurmctld.pid", f"SlurmdPidFile={d}/slurmd-%n.pid",
+            f"SlurmctldLogFile={d}/logs/slurmctld.log", f"SlurmdLogFile={d}/logs/slurmd-%n.log",
+            "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
+            "JobAcctGatherType=jobacct_gather/none", "SelectType=select/linear",
+            "SchedulerType=sched/builtin", "MpiDefault=none", "ReturnToService=2",
+            "KillWait=10", "SlurmctldTimeout=30", "SlurmdTimeout=30",
+            f"NodeName={','.join(self.names)} NodeAddr={','.join(self.addresses)} CPUs=2 "
+            "State=UNKNOWN",
+            f"PartitionName=debug Nodes={','.join(self.names)} Default=YES MaxTime=INFINITE "
+            "State=UP",
+        ]  # fmt: skip
+        if self.health_program:
+            lines += [f"HealthCheckProgram={self.health_program}",
+                      f"HealthCheckInterval={self.health_interval}",
+                      "HealthCheckNodeState=ANY"]  # fmt: skip
+        return "\n".join(lines) + "\n"
+
+    def _start_munge(self) -> None:
+        socket = Path("/run/munge/munge.socket.2")
+        if socket.exists() and subprocess.run(["munge", "-n"], capture_output=True).returncode == 0:
+            return
+        Path("/run/munge").mkdir(parents=True, exist_ok=True)
+        shutil.chown("/run/munge", "munge", "munge")
+        subprocess.run(["runuser", "-u", "munge", "--", "munged"], check=True)
+        self._munged = True
+
+    def _spawn(self, namespace: str | None, hostname: str, daemon: str) -> subprocess.Popen:
+        # Its own host name and /etc/hosts; nsenter keeps the host's mounts
+        # (/sys/fs/cgroup among them, which slurmd checks), unlike `ip netns exec`.
+        inner = (f"hostname {hostname} && mount --bind {self.folder}/hosts /etc/hosts && "
+                 f"exec {daemon} -D")  # fmt: skip
+        command = ["unshare", "--uts", "--mount", "sh", "-c", inner]
+        if namespace:
+            command = ["nsenter", f"--net=/run/netns/{namespace}", *command]
+        with open(self.folder / "logs" / f"{daemon}-{hostname}.out", "w") as log:
+            return subprocess.Popen(command, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+
+    # --- use --------------------------------------------------------------------------
+
+    def run(self, *args: str, check: bool = True, timeout: float = 600,
+            **kwargs) -> subprocess.CompletedProcess:  # fmt: skip
+        return subprocess.run([str(a) for a in args], env=self.env, capture_output=True,
+                              text=True, check=check, timeout=timeout, **kwargs)  # fmt: skip
+
+    def node_states(self) -> dict[str, tuple[str, str]]:
+        """Node name -> (state, reason), as sinfo says."""
+        out = self.run("sinfo", "-h", "-N", "-o", "%N|%T|%E", check=False).stdout
+        states = {}
+        for line in out.splitlines():
+            name, state, reason = line.split("|", 2)
+            states[name] = (state.rstrip("*~#"), reason)
+        return states
+
+    def wait_for(self, ready, what: str, timeout: float = 90) -> dict[str, tuple[str, str]]:
+        deadline = time.monotonic() + timeout
+        while True:
+            states = self.node_states()
+            if len(states) == self.count and ready([s for s, _ in states.values()]):
+                return states
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"SLURM: waited {timeout} s for {what}; nodes: {states}")
+            time.sleep(0.5)
+
+    # --- teardown ---------------------------------------------------------------------
+
+    def down(self) -> None:
+        teardown(self._daemons, self.namespaces, f"{self.tag}br")
+        if self._munged:
+            subprocess.run(["pkill", "-x", "munged"], capture_output=True)
+
+
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def teardown(daemons: list, namespaces: list[str], bridge: str) -> None:
+    """Stops the daemons (Popen objects or pids), then every process left in
+    the namespaces (job steps slurmd leaves behind), then the network."""
+    for daemon in daemons:
+        _signal(daemon if isinstance(daemon, int) else daemon.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    for daemon in daemons:
+        if isinstance(daemon, int):
+            while os.path.exists(f"/proc/{daemon}") and time.monotonic() < deadline:
+                time.sleep(0.1)
+            _signal(daemon, signal.SIGKILL)
+        else:
+            try:
+                daemon.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+                daemon.wait()
+    for ns in namespaces:
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+        for pid in pids.stdout.split():
+            _signal(int(pid), signal.SIGKILL)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    subprocess.run(["ip", "link", "del", bridge], capture_output=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="action", required=True)
+    up = sub.add_parser("up", help="start a cluster and leave it running")
+    up.add_argument("count", type=int)
+    up.add_argument("folder")
+    down = sub.add_parser("down", help="stop the cluster started in FOLDER")
+    down.add_argument("folder")
+    args = parser.parse_args()
+    folder = Path(args.folder)
+    if args.action == "up":
+        cluster = SlurmCluster(folder, args.count, subnet=78)
+        cluster.up()
+        (folder / "cluster.json").write_text(json.dumps({
+            "pids": [d.pid for d in cluster._daemons], "namespaces": cluster.namespaces,
+            "bridge": f"{cluster.tag}br"}))  # fmt: skip
+        print(f"export SLURM_CONF={cluster.conf}")
+        return 0
+    state = json.loads((folder / "cluster.json").read_text())
+    teardown(state["pids"], state["namespaces"], state["bridge"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""pod-init under a real SLURM: Debian's slurmctld, slurmd and munge, each node
+in its own network and UTS namespace on this machine (tests/slurm_cluster.py).
+A job of several nodes trains with `pyinit run` taking nodes, ranks and the
+master from SLURM's variables; `pyinit check --slurm-drain` as the nodes'
+HealthCheckProgram drains a sick node with its summary line and jobs go
+elsewhere; scancel ends every node's workers and the event logs say why."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLE, TINY
+from slurm_cluster import SlurmCluster
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+
+def need_slurm() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("SLURM's daemons and namespaces need root (CI runs as root)")
+    missing = [t for t in ("slurmctld", "slurmd", "munged", "sbatch", "nsenter")
+               if shutil.which(t) is None]  # fmt: skip
+    if missing:
+        pytest.skip(f"no {', '.join(missing)} (./bootstrap test installs slurmctld slurmd munge)")
+
+
+def job_script(folder: Path, pyinit_bin: Path, shards: Path, steps: int, nodes: int) -> Path:
+    """A batch job: one pyinit run per node through srun, each with its run folder."""
+    script = folder / "job.sh"
+    runs = folder / "runs"
+    command = (f"exec {pyinit_bin} run --nproc-per-node 1 --run-dir {runs}/$SLURMD_NODENAME "
+               f"-- {EXAMPLE} --data {shards} --steps {steps} {' '.join(TINY)}")  # fmt: skip
+    script.write_text(
+        "#!/bin/sh\n"
+        f"#SBATCH --nodes={nodes} --ntasks-per-node=1 --output={folder}/job-%j.out\n"
+        f"srun sh -c '{command}'\n"
+    )
+    return script
+
+
+def events(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+
+
+def test_a_three_node_job_trains(pyinit_bin, shards, tmp_path):
+    need_slurm()
+    with SlurmCluster(tmp_path / "slurm", 3) as cluster:
+        script = job_script(tmp_path, pyinit_bin, shards, steps=10, nodes=3)
+        done = cluster.run("sbatch", "--wait", "--parsable", script, check=False)
+        output = next(tmp_path.glob("job-*.out")).read_text()
+        assert done.returncode == 0, output[-3000:]
+    assert "all-reduce: sum 6 over 3 ranks, expected 6" in output
+    assert "step    10" in output
+    for rank, name in enumerate(cluster.names):
+        start = events(tmp_path / "runs" / name)[0]
+        # Nodes, this node's rank and the master all from SLURM: no hostfile.
+        assert start["nodes"]["source"] == "slurm" and start["nodes"]["rank"] == rank
+        assert start["nodes"]["addresses"] == cluster.names
+        spawn = next(e for e in events(tmp_path / "runs" / name) if e["event"] == "spawn")
+        master = spawn["command"][spawn["command"].index("--master-addr") + 1]
+        assert master in (cluster.names[0], cluster.addresses[0])
+
+
+def test_a_sick_node_is_drained_with_the_checks_line_and_avoided(pyinit_bin, tmp_path):
+    need_slurm()
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    health = tmp_path / "health.sh"
+    # The fixture's flag: a node with a file here expects 8 GPUs, finds none: CRITICAL.
+    health.write_text(
+        "#!/bin/sh\n"
+        f"export SLURM_CONF={tmp_path}/slurm/slurm.conf\n"
+        f'extra=""; [ -e {flags}/$(hostname) ] && extra="--expect-gpus 8"\n'
+        f"exec {pyinit_bin} check --slurm-drain $extra\n"
+    )
+    health.chmod(0o755)
+    (flags / "node1").touch()
+    with SlurmCluster(tmp_path / "slurm", 3, health_program=str(health),
+                      health_interval=2) as cluster:  # fmt: skip
+        deadline = time.monotonic() + 60
+        while cluster.node_states()["node1"][0] not in ("drained", "draining"):
+            assert time.monotonic() < deadline, cluster.node_states()
+            time.sleep(0.5)
+        _, reason = cluster.node_states()["node1"]
+        assert reason.startswith("POD-INIT CHECK CRITICAL - 1 critical; first: CRITICAL "
+                                 "topology GPU_COUNT_LOW"), reason  # fmt: skip
+        assert all(cluster.node_states()[n][0] == "idle" for n in ("node0", "node2"))
+        # Two nodes asked: the job lands on the healthy two.
+        done = cluster.run("srun", "-N2", "hostname")
+        assert sorted(done.stdout.split()) == ["node0", "node2"]
+
+
+def test_scancel_ends_every_node_and_the_logs_say_why(pyinit_bin, shards, tmp_path):
+    need_slurm()
+    with SlurmCluster(tmp_path / "slurm", 2) as cluster:
+        script = job_script(tmp_path, pyinit_bin, shards, steps=100_000, nodes=2)
+        job = cluster.run("sbatch", "--parsable", script).stdout.strip()
+        deadline = time.monotonic() + 300
+        while not any("step " in p.read_text() for p in tmp_path.glob("job-*.out")):
+            assert time.monotonic() < deadline, "training did not start"
+            time.sleep(0.5)
+        cancelled = time.monotonic()
+        cluster.run("scancel", job)
+        while cluster.run("squeue", "-h", "-j", job, check=False).stdout.strip():
+            assert time.monotonic() - cancelled < 120, "the job did not end"
+            time.sleep(0.5)
+        # Every worker ended with its node's pyinit run: nothing but slurmd is left.
+        for ns in cluster.namespaces:
+            left = cluster.run("ip", "netns", "pids", ns).stdout.split()
+            names = [Path(f"/proc/{pid}/comm").read_text().strip() for pid in left
+                     if Path(f"/proc/{pid}/comm").exists()]  # fmt: skip
+            assert names == ["slurmd"], names
+    for name in cluster.names:
+        log = events(tmp_path / "runs" / name)
+        signals = [e["signal"] for e in log if e["event"] == "signal"]
+        assert signals and signals[0] == "SIGTERM", log[-3:]
+        # SLURM stops a job's steps with TERM: 128 + 15, as any program killed by it.
+        assert log[-1]["event"] == "end" and log[-1]["status"] == 143, log[-1]
+
+
+def test_eight_nodes_join_under_slurm(pyinit_bin, shards, tmp_path):
+    need_slurm()
+    with SlurmCluster(tmp_path / "slurm", 8) as cluster:
+        script = job_script(tmp_path, pyinit_bin, shards, steps=3, nodes=8)
+        done = cluster.run("sbatch", "--wait", script, check=False)
+        output = next(tmp_path.glob("job-*.out")).read_text()
+        assert done.returncode == 0, output[-3000:]
+    assert "all-reduce: sum 36 over 8 ranks, expected 36" in output
