@@ -3,13 +3,16 @@ in its own network and UTS namespace on this machine (tests/slurm_cluster.py).
 A job of several nodes trains with `pyinit run` taking nodes, ranks and the
 master from SLURM's variables; `pyinit check --slurm-drain` as the nodes'
 HealthCheckProgram drains a sick node with its summary line and jobs go
-elsewhere; scancel ends every node's workers and the event logs say why."""
+elsewhere; scancel ends every node's workers and the event logs say why; eight
+nodes join one job, and when one dies the other seven name it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import time
 from pathlib import Path
 
@@ -123,11 +126,34 @@ def test_scancel_ends_every_node_and_the_logs_say_why(pyinit_bin, shards, tmp_pa
         assert log[-1]["event"] == "end" and log[-1]["status"] == 143, log[-1]
 
 
-def test_eight_nodes_join_under_slurm(pyinit_bin, shards, tmp_path):
+def kill_job_processes(cluster: SlurmCluster, node: int) -> None:
+    """Node `node` dies as far as the job can tell: everything in its namespace
+    but slurmd and slurmstepd is KILLed."""
+    for pid in cluster.run("ip", "netns", "pids", cluster.namespaces[node]).stdout.split():
+        comm = Path(f"/proc/{pid}/comm")
+        if comm.exists() and comm.read_text().strip() not in ("slurmd", "slurmstepd"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+
+
+def test_eight_nodes_join_and_name_a_killed_one(pyinit_bin, shards, tmp_path):
     need_slurm()
     with SlurmCluster(tmp_path / "slurm", 8) as cluster:
-        script = job_script(tmp_path, pyinit_bin, shards, steps=3, nodes=8)
-        done = cluster.run("sbatch", "--wait", script, check=False)
-        output = next(tmp_path.glob("job-*.out")).read_text()
-        assert done.returncode == 0, output[-3000:]
-    assert "all-reduce: sum 36 over 8 ranks, expected 36" in output
+        script = job_script(tmp_path, pyinit_bin, shards, steps=100_000, nodes=8)
+        job = cluster.run("sbatch", "--parsable", script).stdout.strip()
+        deadline = time.monotonic() + 400
+        output = ""
+        while "step " not in output:
+            assert time.monotonic() < deadline, f"training did not start: {output[-2000:]}"
+            time.sleep(0.5)
+            output = "".join(p.read_text() for p in tmp_path.glob("job-*.out"))
+        assert "all-reduce: sum 36 over 8 ranks, expected 36" in output
+        kill_job_processes(cluster, 7)
+        killed = time.monotonic()
+        while cluster.run("squeue", "-h", "-j", job, check=False).stdout.strip():
+            assert time.monotonic() - killed < 240, "the job did not end"
+            time.sleep(1)
+    for name in cluster.names[:7]:
+        end = events(tmp_path / "runs" / name)[-1]
+        assert end["event"] == "end" and end["status"] != 0, end
+        assert end["unreachable_nodes"] == [{"rank": 7, "address": "node7"}], end

@@ -374,7 +374,8 @@ def run(
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, SUPERVISED)
     liveness = None
     try:
-        if nodes.count > 1 and nodes.source == "hostfile":
+        if nodes.count > 1 and nodes.source in ("hostfile", "slurm"):
+            # SLURM's addresses are its node names, resolved as the job's hosts resolve them.
             liveness = Liveness(nodes.addresses[nodes.rank], master_port + 1)
         _native.become_subreaper()  # workers torchrun leaves behind re-parent here
         forwarded: list[int] = []
