@@ -442,6 +442,31 @@ def test_leaving_a_stream_early_leaves_nothing_in_flight(data_file):
     assert len(os.listdir("/proc/self/fd")) == fds
 
 
+def test_a_stream_dropped_in_another_thread_leaves_its_reads_their_memory(data_file):
+    # Its ring serves only the thread that made it, so another cannot wait for the
+    # reads in flight: the rows ahead stay theirs (not back in the pool, to be
+    # reused while the kernel may still write into them).
+    import threading
+
+    from pyinit.io import memory_stats
+
+    with DirectReader(data_file[0], backend="io_uring") as r:
+        rows = np.arange(0, 4 << 20, 4096)
+        stream = r.stream(rows, 4096, depth=32)
+        next(stream)
+        in_use = memory_stats()["blocks_in_use"]
+        worker = threading.Thread(target=stream.close)
+        worker.start()
+        worker.join()
+        assert stream.closed and memory_stats()["blocks_in_use"] == in_use
+        # From its own thread, the same close waits and gives every block back.
+        again = r.stream(rows, 4096, depth=32)
+        next(again)
+        in_use = memory_stats()["blocks_in_use"]
+        again.close()
+        assert memory_stats()["blocks_in_use"] < in_use - 32
+
+
 def test_a_stream_outlives_its_reader_and_stays_in_its_thread(data_file):
     import threading
 

@@ -398,18 +398,25 @@ void DirectReader::Stream::close() {
 }
 
 void DirectReader::Stream::close_locked() {
-  if (queue_ && fork_generation_ == g_fork_generation.load()) {
-    queue_->drain();  // every read counted before the totals take them
+  bool forked = fork_generation_ != g_fork_generation.load();
+  bool settled = true;
+  if (queue_ && !forked) {
+    settled = queue_->drain();  // every read counted before the totals take them
     std::lock_guard<std::mutex> lock(totals_->mutex);
     totals_->stats.add(stats_);
   }
-  if (fork_generation_ != g_fork_generation.load()) {
-    // In a forked child the ring and the bounce slots are the parent's: leave them be.
+  if (forked || !settled) {
+    // Forked: the ring and the bounce slots are the parent's. Unsettled (a
+    // stream dropped in a thread other than its ring's): reads are still in
+    // flight, so their memory and the ring are left to them, never reused.
     (void)queue_.release();
     (void)backend_.release();
     bounce_.abandon();
+    if (!settled) {
+      for (Unit& unit : units_) (void)unit.block.take();
+    }
   }
-  queue_.reset();  // waits for the reads in flight before their memory goes
+  queue_.reset();
   units_.clear();
   backend_.reset();
   resident_.clear();

@@ -218,7 +218,14 @@ uint32_t DirectWriter::commit() {
 }
 
 void DirectWriter::abort() noexcept {
-  if (queue_) queue_->drain();  // the kernel is done with the staging blocks after this
+  // After the drain the kernel is done with the staging blocks; when it cannot
+  // wait (a writer dropped in a thread other than its ring's), the writes in
+  // flight keep their blocks and the ring rather than have them reused.
+  if (queue_ && !queue_->drain()) {
+    (void)queue_.release();
+    (void)backend_.release();
+    for (OwnedBlock& block : in_flight_) (void)block.take();
+  }
   queue_.reset();
   backend_.reset();
   in_flight_.clear();

@@ -108,22 +108,25 @@ void PieceQueue::pop_front(size_t count) {
   done_prefix_ -= count;
 }
 
-void PieceQueue::drain() noexcept {
+bool PieceQueue::drain() noexcept {
   failure_ = failure_ == 0 ? -ECANCELED : failure_;  // submit nothing more
   while (in_flight_ > 0) {
     try {
       reap();
     } catch (const SysError&) {
-      break;  // the ring itself failed: its IOs end with it
+      break;  // not from this thread, or the ring itself failed
     }
   }
+  bool settled = in_flight_ == 0;
   for (Piece& piece : pieces_) {
-    if (piece.copy_to != nullptr && piece.io != nullptr) bounce_->release(piece.io);
+    bool landed = settled || piece.done;
+    if (piece.copy_to != nullptr && piece.io != nullptr && landed) bounce_->release(piece.io);
   }
   first_tag_ += pieces_.size();
   pieces_.clear();
   submitted_ = done_prefix_ = 0;
   failure_ = 0;
+  return settled;
 }
 
 }  // namespace pod_init

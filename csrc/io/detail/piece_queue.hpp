@@ -45,7 +45,7 @@ class PieceQueue {
   PieceQueue(IoBackend* backend, BufferPool* bounce, const std::vector<std::string>* paths,
              IoCounters* counters)
       : backend_(backend), bounce_(bounce), paths_(paths), counters_(counters) {}
-  ~PieceQueue() { drain(); }
+  ~PieceQueue() { (void)drain(); }
   PieceQueue(const PieceQueue&) = delete;
   PieceQueue& operator=(const PieceQueue&) = delete;
 
@@ -63,8 +63,10 @@ class PieceQueue {
   // Forgets the first `count` pieces, which must be done.
   void pop_front(size_t count);
   // Waits for every submitted IO (their memory may then be freed) and drops
-  // the rest. Never throws.
-  void drain() noexcept;
+  // the rest. Never throws. False when IOs are still in flight: the backend
+  // cannot be waited on from this thread (a single-issuer ring used by another)
+  // or failed, and their memory must not be reused.
+  bool drain() noexcept;
 
  private:
   void submit_more();
