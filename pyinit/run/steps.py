@@ -69,13 +69,10 @@ class StepLog:
 _current: StepLog | None = None
 
 
-def install(log: StepLog) -> None:
+def install(log: StepLog | None) -> None:
+    """The log `phase()` reaches in this process (None: outside a run)."""
     global _current
     _current = log
-
-
-def current() -> StepLog | None:
-    return _current
 
 
 _open = threading.local()  # per thread: the phases entered and not yet left
