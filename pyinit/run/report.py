@@ -166,10 +166,7 @@ def _sum(cards: list[dict], keys: tuple[str, ...]) -> float:
 
 
 def read_node(folder: Path, missing: list[str]) -> Node:
-    events = timeline.read_events(folder)
-    starts = [i for i, e in enumerate(events) if e.get("event") == "start"]
-    if starts:  # a folder reused by several runs: the last one
-        events = events[starts[-1] :]
+    events = timeline.last_run(timeline.read_events(folder))
     stamped = [e["boottime"] for e in events if isinstance(e.get("boottime"), (int, float))]
     if not stamped:
         raise InputError("the event log has no timestamps: not a pyinit run log", file=str(folder))

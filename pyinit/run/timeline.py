@@ -113,10 +113,14 @@ def clamp_process_starts(by_name: dict[str, list[dict]], events: list[dict]) -> 
                              for e in by_name.get(name, [])]  # fmt: skip
 
 
-def build(events: list[dict]) -> Timeline:
+def last_run(events: list[dict]) -> list[dict]:
+    """The events of the last run in the log (a folder may serve several runs)."""
     starts = [i for i, e in enumerate(events) if e.get("event") == "start"]
-    if starts:  # a folder used by several runs: the last one
-        events = events[starts[-1] :]
+    return events[starts[-1] :] if starts else events
+
+
+def build(events: list[dict]) -> Timeline:
+    events = last_run(events)
     phases = [e for e in events if e.get("event") == "phase" and e.get("attempt", 0) == 0]
     by_name: dict[str, list[dict]] = {}
     for event in phases:
