@@ -24,6 +24,12 @@ std::atomic<uint64_t> g_temporaries{0};
 
 std::string hidden_prefix(const std::string& name) { return "." + name + ".pod-init-"; }
 
+// ".NAME.pod-init-PID-N": the PID tells a later writer whether its owner still runs.
+std::string temporary_name(const std::string& name) {
+  return hidden_prefix(name) + std::to_string(getpid()) + "-" +
+         std::to_string(g_temporaries.fetch_add(1));
+}
+
 // Opens a new file in the folder for writing: unnamed where the filesystem
 // can (O_TMPFILE), else under a hidden name; direct where it allows. Returns
 // the descriptor or -errno.
@@ -35,8 +41,7 @@ int create_file(int folder_fd, const std::string& name, bool* direct, std::strin
     if (fd >= 0) return fd;
     if (errno == EOPNOTSUPP || errno == EISDIR || errno == ENOENT) {
       // No O_TMPFILE here: a hidden name that a later writer can clean up.
-      *temp_name = hidden_prefix(name) + std::to_string(getpid()) + "-" +
-                   std::to_string(g_temporaries.fetch_add(1));
+      *temp_name = temporary_name(name);
       fd = openat(folder_fd, temp_name->c_str(), O_CREAT | O_EXCL | flags, 0644);
       if (fd >= 0) return fd;
       temp_name->clear();
@@ -191,8 +196,7 @@ uint32_t DirectWriter::commit() {
     // fsync, not fdatasync: the attribute is metadata that must land with the content.
     if (fsync(fd_) < 0) throw SysError(errno, "fsync", path_);
     if (temp_name_.empty()) {
-      temp_name_ = hidden_prefix(name_) + std::to_string(getpid()) + "-" +
-                   std::to_string(g_temporaries.fetch_add(1));
+      temp_name_ = temporary_name(name_);
       // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc/self/fd does not.
       if (linkat(fd_, "", folder_fd_, temp_name_.c_str(), AT_EMPTY_PATH) < 0) {
         std::string self = "/proc/self/fd/" + std::to_string(fd_);
