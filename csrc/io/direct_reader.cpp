@@ -203,6 +203,15 @@ void DirectReader::ensure_backend() {
   backend_thread_ = std::this_thread::get_id();
 }
 
+DirectReader::Span DirectReader::span_for(const DirectFile& file, uint64_t offset,
+                                          uint64_t length) {
+  Span span;
+  const uint64_t start = align_down(offset, file.offset_align);
+  span.buffer = OwnedBlock(length == 0 ? 0 : align_up(offset + length, file.offset_align) - start);
+  span.head = offset - start;
+  return span;
+}
+
 void DirectReader::plan(const DirectFile& file, uint32_t index, uint64_t offset, uint64_t length,
                         uint8_t* dst, bool dst_is_span, PieceQueue* queue) {
   const uint64_t align = file.offset_align;
@@ -239,13 +248,9 @@ DirectReader::Span DirectReader::read(uint64_t offset, uint64_t length, uint32_t
     if (rc < 0) throw SysError(-rc, "fstat", paths_[file]);
     length = std::min(length, offset < size ? size - offset : 0);
   }
-  Span span;
-  const uint64_t align = files_[file].offset_align;
-  const uint64_t start = align_down(offset, align);
-  span.buffer = OwnedBlock(length == 0 ? 0 : align_up(offset + length, align) - start);
+  Span span = span_for(files_[file], offset, length);
   if (span.buffer.data() == nullptr)
     throw SysError(ENOMEM, "allocate a buffer to read", paths_[file]);
-  span.head = offset - start;
   if (length == 0) return span;
   ensure_backend();
   PieceQueue queue(backend_.get(), pool_.get(), &paths_, &stats_);
@@ -460,11 +465,9 @@ void DirectReader::Stream::plan_ahead() {
     size_t before = queue_->size();
     if (batch_ == 0) {
       const DirectFile& file = files_[file_of_.empty() ? 0 : file_of_[planned_rows_]];
-      uint64_t offset = offsets_[planned_rows_];
-      uint64_t start = align_down(offset, file.offset_align);
-      uint64_t end = align_up(offset + length_, file.offset_align);
-      unit.block = OwnedBlock(length_ == 0 ? 0 : end - start);
-      unit.head = offset - start;
+      Span span = span_for(file, offsets_[planned_rows_], length_);
+      unit.block = std::move(span.buffer);
+      unit.head = span.head;
     } else {
       unit.block = OwnedBlock(rows * length_);
     }

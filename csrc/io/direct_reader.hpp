@@ -109,6 +109,9 @@ class DirectReader {
   void check_rows(const std::vector<uint64_t>& offsets, uint64_t length,
                   const std::vector<uint32_t>& files);
   void ensure_backend();  // call with mutex_ held
+  // The aligned superset of [offset, offset + length) in `file`, allocated
+  // (buffer.data() is nullptr when it cannot be), with head set and length 0.
+  static Span span_for(const DirectFile& file, uint64_t offset, uint64_t length);
   // The IOs that read [offset, offset + length) of `file` to dst: straight
   // into it when it can take them (dst_is_span: dst is the aligned superset),
   // else through bounce slots.
