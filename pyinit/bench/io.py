@@ -70,6 +70,12 @@ class Pattern:
         jobs = f"-j{self.jobs}" if self.jobs > 1 else ""
         return f"{size}-{self.rw}-qd{self.depth}{jobs}-{self.api}"
 
+    @property
+    def latency(self) -> str:
+        """fio's name for the latency compared: the whole call ("lat_ns") when
+        each call is one IO, else submit to completion ("clat_ns")."""
+        return "lat_ns" if self.api == "read" else "clat_ns"
+
 
 DEFAULT_PATTERNS = (
     Pattern("randread", 4096, 1, "read"),
@@ -253,9 +259,8 @@ def run_reader(target: str, pattern: Pattern, runtime: float, backend: str) -> R
         for reader in readers:
             reader.close()
     iops = count / elapsed
-    latency = "lat_ns" if pattern.api == "read" else "clat_ns"
-    return Result("pyinit", pattern.name, iops, iops * pattern.block_size, latency, percentiles,
-                  disk)  # fmt: skip
+    return Result("pyinit", pattern.name, iops, iops * pattern.block_size, pattern.latency,
+                  percentiles, disk)  # fmt: skip
 
 
 # /sys/class/block/NAME/stat: the fields fio's disk_util reports for reads.
@@ -293,10 +298,10 @@ def run_fio(target: str, pattern: Pattern, runtime: float) -> Result:
     disk = disk_delta(before, disk_counters(target))
     read = json.loads(done.stdout[done.stdout.index("{") :])["jobs"][0]["read"]
     # With lat_percentiles, lat_ns holds the percentiles of the total latency.
-    latency = "lat_ns" if pattern.api == "read" else "clat_ns"
-    cuts = read[latency].get("percentile", {})
+    cuts = read[pattern.latency].get("percentile", {})
     percentiles = {fio_key(q): float(cuts.get(fio_key(q), 0)) for q in PERCENTILES}
-    return Result("fio", pattern.name, read["iops"], read["bw_bytes"], latency, percentiles, disk)
+    return Result("fio", pattern.name, read["iops"], read["bw_bytes"], pattern.latency,
+                  percentiles, disk)  # fmt: skip
 
 
 def fio_version() -> str:
