@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+import netns
 import sysfs_fixtures
 
 BIN_DIR = Path(sys.executable).parent
@@ -83,30 +84,10 @@ def namespaces(count: int) -> Iterator[list[str]]:
     # Fresh names per use: deleting a namespace frees its veth pair asynchronously,
     # so reusing the last test's names can meet "File exists".
     tag = f"p{os.getpid() % 10000}{next(NAMESPACE_SETS)}"
-    bridge = f"{tag}br"
-
-    def ip(*args: str) -> None:
-        subprocess.run(["ip", *args], check=True, capture_output=True)
-
-    ip("link", "add", bridge, "type", "bridge")
-    ip("link", "set", bridge, "up")
-    names = []
     try:
-        for i, address in enumerate(node_addresses(count)):
-            ns = f"{tag}n{i}"
-            names.append(ns)
-            ip("netns", "add", ns)
-            ip("link", "add", f"{tag}v{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
-            ip("link", "set", f"{tag}v{i}", "master", bridge, "up")
-            ip("-n", ns, "addr", "add", f"{address}/24", "dev", "eth0")
-            ip("-n", ns, "link", "set", "eth0", "up")
-            ip("-n", ns, "link", "set", "lo", "up")
-        yield names
+        yield netns.add_nodes(tag, node_addresses(count))
     finally:
-        for ns in names:
-            subprocess.run(["ip", "netns", "pids", ns], capture_output=True)
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-        subprocess.run(["ip", "link", "del", bridge], capture_output=True)
+        netns.remove_nodes(tag, count)
 
 
 @pytest.fixture

@@ -26,11 +26,9 @@ import sys
 import time
 from pathlib import Path
 
+import netns
+
 SETS = itertools.count()
-
-
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True)
 
 
 class SlurmCluster:
@@ -45,7 +43,7 @@ class SlurmCluster:
         self.names = [f"node{i}" for i in range(count)]
         self.addresses = [f"10.{self.subnet}.0.{i + 2}" for i in range(count)]
         self.controller = f"10.{self.subnet}.0.1"
-        self.namespaces = [f"{self.tag}n{i}" for i in range(count)]
+        self.namespaces = [f"{self.tag}n{i}" for i in range(count)]  # as netns names them
         self.conf = self.folder / "slurm.conf"
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
         self._daemons: list[subprocess.Popen] = []
@@ -69,18 +67,7 @@ class SlurmCluster:
         for sub in ("state", "spool", "logs"):
             (self.folder / sub).mkdir(exist_ok=True)
         self._start_munge()
-        bridge = f"{self.tag}br"
-        _ip("link", "add", bridge, "type", "bridge")
-        _ip("addr", "add", f"{self.controller}/24", "dev", bridge)
-        _ip("link", "set", bridge, "up")
-        for i, (ns, address) in enumerate(zip(self.namespaces, self.addresses, strict=True)):
-            _ip("netns", "add", ns)
-            _ip("link", "add", f"{self.tag}v{i}", "type", "veth", "peer", "name", "eth0",
-                "netns", ns)  # fmt: skip
-            _ip("link", "set", f"{self.tag}v{i}", "master", bridge, "up")
-            _ip("-n", ns, "addr", "add", f"{address}/24", "dev", "eth0")
-            _ip("-n", ns, "link", "set", "eth0", "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
+        netns.add_nodes(self.tag, self.addresses, bridge_address=self.controller)
         hosts = ["127.0.0.1 localhost", f"{self.controller} ctl"]
         hosts += [f"{a} {n}" for a, n in zip(self.addresses, self.names, strict=True)]
         (self.folder / "hosts").write_text("\n".join(hosts) + "\n")
@@ -165,39 +152,31 @@ class SlurmCluster:
     # --- teardown ---------------------------------------------------------------------
 
     def down(self) -> None:
-        teardown(self._daemons, self.namespaces, f"{self.tag}br")
+        teardown(self._daemons, self.tag, self.count)
         if self._munged:
             subprocess.run(["pkill", "-x", "munged"], capture_output=True)
 
 
-def _signal(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, sig)
-
-
-def teardown(daemons: list, namespaces: list[str], bridge: str) -> None:
-    """Stops the daemons (Popen objects or pids), then every process left in
-    the namespaces (job steps slurmd leaves behind), then the network."""
+def teardown(daemons: list, tag: str, count: int) -> None:
+    """Stops the daemons (Popen objects or pids), then the nodes: what slurmd
+    left running in them (job steps) and their network."""
     for daemon in daemons:
-        _signal(daemon if isinstance(daemon, int) else daemon.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(daemon if isinstance(daemon, int) else daemon.pid, signal.SIGTERM)
     deadline = time.monotonic() + 15
     for daemon in daemons:
         if isinstance(daemon, int):
             while os.path.exists(f"/proc/{daemon}") and time.monotonic() < deadline:
                 time.sleep(0.1)
-            _signal(daemon, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(daemon, signal.SIGKILL)
         else:
             try:
                 daemon.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 daemon.kill()
                 daemon.wait()
-    for ns in namespaces:
-        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
-        for pid in pids.stdout.split():
-            _signal(int(pid), signal.SIGKILL)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-    subprocess.run(["ip", "link", "del", bridge], capture_output=True)
+    netns.remove_nodes(tag, count)
 
 
 def main() -> int:
@@ -214,12 +193,12 @@ def main() -> int:
         cluster = SlurmCluster(folder, args.count, subnet=78)
         cluster.up()
         (folder / "cluster.json").write_text(json.dumps({
-            "pids": [d.pid for d in cluster._daemons], "namespaces": cluster.namespaces,
-            "bridge": f"{cluster.tag}br"}))  # fmt: skip
+            "pids": [d.pid for d in cluster._daemons], "tag": cluster.tag,
+            "count": cluster.count}))  # fmt: skip
         print(f"export SLURM_CONF={cluster.conf}")
         return 0
     state = json.loads((folder / "cluster.json").read_text())
-    teardown(state["pids"], state["namespaces"], state["bridge"])
+    teardown(state["pids"], state["tag"], state["count"])
     return 0
 
 

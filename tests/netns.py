@@ -1,0 +1,49 @@
+"""Nodes on one machine: network namespaces on a bridge, each with its own
+address on eth0 (the tests' three and eight nodes, and the SLURM cluster's).
+Root only."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True)
+
+
+def add_nodes(tag: str, addresses: list[str], bridge_address: str | None = None) -> list[str]:
+    """Namespaces TAGn0, TAGn1, ... on bridge TAGbr, node i at addresses[i]/24;
+    the bridge gets bridge_address (the host's place on that network) when given.
+    Returns the namespaces' names."""
+    bridge = f"{tag}br"
+    _ip("link", "add", bridge, "type", "bridge")
+    if bridge_address:
+        _ip("addr", "add", f"{bridge_address}/24", "dev", bridge)
+    _ip("link", "set", bridge, "up")
+    names = []
+    for i, address in enumerate(addresses):
+        ns = f"{tag}n{i}"
+        _ip("netns", "add", ns)
+        names.append(ns)
+        _ip("link", "add", f"{tag}v{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
+        _ip("link", "set", f"{tag}v{i}", "master", bridge, "up")
+        _ip("-n", ns, "addr", "add", f"{address}/24", "dev", "eth0")
+        _ip("-n", ns, "link", "set", "eth0", "up")
+        _ip("-n", ns, "link", "set", "lo", "up")
+    return names
+
+
+def remove_nodes(tag: str, count: int) -> None:
+    """KILLs whatever still runs in the namespaces, deletes them and the bridge.
+    Never fails: a half-made set goes too."""
+    for i in range(count):
+        ns = f"{tag}n{i}"
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+        for pid in pids.stdout.split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    subprocess.run(["ip", "link", "del", f"{tag}br"], capture_output=True)
