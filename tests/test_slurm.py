@@ -46,6 +46,33 @@ def job_script(folder: Path, pyinit_bin: Path, shards: Path, steps: int, nodes: 
     return script
 
 
+def wait_for_steps(folder: Path, seconds: float) -> str:
+    """The job's output, once rank 0 has logged a step."""
+    deadline = time.monotonic() + seconds
+    output = ""
+    while "step " not in output:
+        assert time.monotonic() < deadline, f"training did not start: {output[-2000:]}"
+        time.sleep(0.5)
+        output = "".join(p.read_text() for p in folder.glob("job-*.out"))
+    return output
+
+
+def wait_until_gone(cluster: SlurmCluster, job: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while cluster.run("squeue", "-h", "-j", job, check=False).stdout.strip():
+        assert time.monotonic() < deadline, "the job did not end"
+        time.sleep(0.5)
+
+
+def processes(cluster: SlurmCluster, node: int) -> list[tuple[int, str]]:
+    """(pid, command name) of everything running in the node's namespace."""
+    found = []
+    for pid in cluster.run("ip", "netns", "pids", cluster.namespaces[node]).stdout.split():
+        with contextlib.suppress(FileNotFoundError):
+            found.append((int(pid), Path(f"/proc/{pid}/comm").read_text().strip()))
+    return found
+
+
 def events(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
 
@@ -103,20 +130,12 @@ def test_scancel_ends_every_node_and_the_logs_say_why(pyinit_bin, shards, tmp_pa
     with SlurmCluster(tmp_path / "slurm", 2) as cluster:
         script = job_script(tmp_path, pyinit_bin, shards, steps=100_000, nodes=2)
         job = cluster.run("sbatch", "--parsable", script).stdout.strip()
-        deadline = time.monotonic() + 300
-        while not any("step " in p.read_text() for p in tmp_path.glob("job-*.out")):
-            assert time.monotonic() < deadline, "training did not start"
-            time.sleep(0.5)
-        cancelled = time.monotonic()
+        wait_for_steps(tmp_path, 300)
         cluster.run("scancel", job)
-        while cluster.run("squeue", "-h", "-j", job, check=False).stdout.strip():
-            assert time.monotonic() - cancelled < 120, "the job did not end"
-            time.sleep(0.5)
+        wait_until_gone(cluster, job, 120)
         # Every worker ended with its node's pyinit run: nothing but slurmd is left.
-        for ns in cluster.namespaces:
-            left = cluster.run("ip", "netns", "pids", ns).stdout.split()
-            names = [Path(f"/proc/{pid}/comm").read_text().strip() for pid in left
-                     if Path(f"/proc/{pid}/comm").exists()]  # fmt: skip
+        for node in range(cluster.count):
+            names = [name for _, name in processes(cluster, node)]
             assert names == ["slurmd"], names
     for name in cluster.names:
         log = events(tmp_path / "runs" / name)
@@ -129,11 +148,10 @@ def test_scancel_ends_every_node_and_the_logs_say_why(pyinit_bin, shards, tmp_pa
 def kill_job_processes(cluster: SlurmCluster, node: int) -> None:
     """Node `node` dies as far as the job can tell: everything in its namespace
     but slurmd and slurmstepd is KILLed."""
-    for pid in cluster.run("ip", "netns", "pids", cluster.namespaces[node]).stdout.split():
-        comm = Path(f"/proc/{pid}/comm")
-        if comm.exists() and comm.read_text().strip() not in ("slurmd", "slurmstepd"):
+    for pid, name in processes(cluster, node):
+        if name not in ("slurmd", "slurmstepd"):
             with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_eight_nodes_join_and_name_a_killed_one(pyinit_bin, shards, tmp_path):
@@ -141,18 +159,10 @@ def test_eight_nodes_join_and_name_a_killed_one(pyinit_bin, shards, tmp_path):
     with SlurmCluster(tmp_path / "slurm", 8) as cluster:
         script = job_script(tmp_path, pyinit_bin, shards, steps=100_000, nodes=8)
         job = cluster.run("sbatch", "--parsable", script).stdout.strip()
-        deadline = time.monotonic() + 400
-        output = ""
-        while "step " not in output:
-            assert time.monotonic() < deadline, f"training did not start: {output[-2000:]}"
-            time.sleep(0.5)
-            output = "".join(p.read_text() for p in tmp_path.glob("job-*.out"))
+        output = wait_for_steps(tmp_path, 400)
         assert "all-reduce: sum 36 over 8 ranks, expected 36" in output
         kill_job_processes(cluster, 7)
-        killed = time.monotonic()
-        while cluster.run("squeue", "-h", "-j", job, check=False).stdout.strip():
-            assert time.monotonic() - killed < 240, "the job did not end"
-            time.sleep(1)
+        wait_until_gone(cluster, job, 240)
     for name in cluster.names[:7]:
         end = events(tmp_path / "runs" / name)[-1]
         assert end["event"] == "end" and end["status"] != 0, end
