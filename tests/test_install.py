@@ -57,6 +57,8 @@ def test_every_command_works_or_names_its_extra(bare_env, tmp_path):
     corpus.write_text('{"text": "hello world"}\n{"text": "another record"}\n')
     data = tmp_path / "data"
     data.write_bytes(os.urandom(1 << 20))
+    hosts64 = tmp_path / "hosts64"
+    hosts64.write_text("".join(f"10.1.0.{i + 1}\n" for i in range(64)))
     pyinit = str(bare_env / "bin/pyinit")
     cases = [
         ([pyinit, "--version"], 0, "pyinit "),
@@ -86,6 +88,10 @@ def test_every_command_works_or_names_its_extra(bare_env, tmp_path):
         ([bare_env / "bin/python", "-c", "from pyinit import checkpoint"], 1,
          "pyinit.checkpoint needs torch: pip install 'pod-init[train]'"),
         ([pyinit, "bench", "checkpoint"], 2, "pip install 'pod-init[train]'"),
+        ([pyinit, "report", REPO / "tests/data/run-report", "--out", tmp_path / "r.html",
+          "--price-per-gpu-hour", "2"], 0, "effective training time 62.2%"),
+        ([pyinit, "nccl", "--sysfs-root", sysfs, "--no-nvml", "--hostfile", hosts64, "--node",
+          "63", "--out", tmp_path / "n63"], 0, "this is node-63"),
         ([bare_env / "bin/python", "-c", IO_WALK, data], 0, "written and streamed"),
     ]  # fmt: skip
     for command, status, fragment in cases:
