@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['CHECKSUM_ATTRIBUTE', 'DirectReader', 'DirectWriter', 'NcclConfig', 'NodeList', 'ReadStream', 'Topology', 'aligned_empty', 'become_subreaper', 'crc32c', 'die_with_parent', 'end_children', 'expand_nodelist', 'load_node_list', 'load_topology', 'memory_stats', 'nccl_config', 'read_boot_id', 'scan_topology', 'supervise']
+__all__: list[str] = ['CHECKSUM_ATTRIBUTE', 'DirectReader', 'DirectWriter', 'NcclConfig', 'NodeList', 'ReadStream', 'Topology', 'aligned_empty', 'become_subreaper', 'crc32c', 'die_with_parent', 'end_children', 'expand_nodelist', 'load_node_list', 'load_topology', 'memory_stats', 'nccl_config', 'read_boot_id', 'scan_topology', 'supervise', 'tuning_table_rules']
 class Topology:
     def expect_gpus(self, count: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
@@ -278,9 +278,9 @@ def memory_stats() -> dict:
     """
     The pool behind read(), read_batch(), aligned_empty() and the streams: arena bytes (mapped once, kept), bytes of large blocks in use, blocks in use, large blocks returned.
     """
-def nccl_config(topology: Topology, nodes: ... | None = None, hints: str = '', out_dir: str = '.', socket_ifname: str = '', force_rings: bool = False, channels: typing.SupportsInt | typing.SupportsIndex = 0, details: collections.abc.Mapping[str, tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, collections.abc.Sequence[tuple[str, str, typing.SupportsInt | typing.SupportsIndex]]]] = {}, environment: collections.abc.Mapping[str, str] = {}, proc_root: str = '/proc') -> NcclConfig:
+def nccl_config(topology: Topology, nodes: ... | None = None, hints: str = '', out_dir: str = '.', socket_ifname: str = '', force_rings: bool = False, channels: typing.SupportsInt | typing.SupportsIndex = 0, details: collections.abc.Mapping[str, tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, collections.abc.Sequence[tuple[str, str, typing.SupportsInt | typing.SupportsIndex]]]] = {}, environment: collections.abc.Mapping[str, str] = {}, proc_root: str = '/proc', tuned_env: collections.abc.Mapping[str, str] = {}, tuning_table: str = '') -> NcclConfig:
     """
-    Builds the NCCL configuration from a scanned topology and a node list (nothing is written until write()). InputError for bad input, OSError when the hints file cannot be read.
+    Builds the NCCL configuration from a scanned topology and a node list (nothing is written until write()); tuned_env and tuning_table: a measured tuning for this node, its settings added to the env file and the table written beside it. InputError for bad input, OSError when the hints file cannot be read.
     """
 def read_boot_id(proc_root: str = '/proc') -> str:
     """
@@ -293,6 +293,10 @@ def scan_topology(sysfs_root: str = '/sys', expect_gpus: typing.SupportsInt | ty
 def supervise(command: collections.abc.Sequence[str], env: collections.abc.Mapping[str, str], grace_s: typing.SupportsFloat | typing.SupportsIndex = 10.0, on_signal: collections.abc.Callable | None = None, on_tick: collections.abc.Callable | None = None, tick_s: typing.SupportsFloat | typing.SupportsIndex = 0.0, on_log: collections.abc.Callable | None = None, parent_death_signal: typing.SupportsInt | typing.SupportsIndex = 0) -> int:
     """
     Runs command as pod-init's supervisor does: TERM, INT, HUP, USR1, USR2, QUIT and WINCH forwarded (on_signal(signum) for each), every child reaped, KILL grace_s after a forwarded TERM or INT; on_tick() at least every tick_s. Block those signals in every thread first (signal.pthread_sigmask before starting threads). Returns the exit code: the status, 128+N for signal N, 127 not found, 126 not executable. parent_death_signal: sent to the command if this process dies, even by KILL.
+    """
+def tuning_table_rules(text: str, source: str) -> tuple[str, int, int, list]:
+    """
+    A tuning table as the NCCL tuner plugin reads it: (nccl_version, ranks, nodes, rules), each rule (collective, min_bytes, max_bytes, algorithm, protocol, channels) in NCCL's numbering, -1/0 where NCCL chooses. InputError naming source for a table the plugin would refuse.
     """
 CHECKSUM_ATTRIBUTE: str = 'user.pod-init.crc32c'
 __version__: str = '0.1.0'

@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyinit import argtypes
@@ -123,8 +124,32 @@ def _cmd_nccl(args: argparse.Namespace) -> int:
     if args.node is not None and not args.hostfile:
         raise InputError("--node needs --hostfile: the cluster it is a node of")
     nvml = _read_nvml(args)
+    topology = tuning = None
+    if args.tune or args.retune:
+        from pyinit.extras import require
+        from pyinit.nccl import tune
+        from pyinit.nccl.measure import MeasurementFailed
+        from pyinit.nccl.tuning import cache_dir, plot_tuning
+        from pyinit.topology import scan
+
+        require("torch", "pyinit nccl --tune")
+        if nvml is None:
+            raise InputError("--tune measures NCCL on this node's GPUs: it needs NVML (a driver)")
+        topology = scan(args.sysfs_root, probe_bar0=False)
+        cache = Path(args.cache) if args.cache else cache_dir()
+        try:
+            tuning, reused = tune(topology, nvml, cache=cache, retune=args.retune,
+                                  budget=args.tune_budget)  # fmt: skip
+        except MeasurementFailed as e:
+            print(f"pyinit nccl: {e}", file=sys.stderr)
+            return EXIT_FAILURE
+        if reused:
+            print(f"pyinit nccl: tuning from {cache / tuning.key.id}.json (measured before on "
+                  "this kind of node; --retune measures again)", file=sys.stderr)  # fmt: skip
     config = configure(
         args.sysfs_root,
+        topology=topology,
+        tuning=tuning,
         hints=args.hints,
         hostfile=args.hostfile,
         out_dir=args.out,
@@ -138,6 +163,9 @@ def _cmd_nccl(args: argparse.Namespace) -> int:
     )
     config.write()
     sys.stdout.write(config.summary())
+    if tuning is not None:
+        sys.stdout.write(tuning.to_text())
+        plot_tuning(tuning, Path(config.out_dir) / "nccl-tuning.png")
     return 0
 
 
@@ -291,6 +319,17 @@ def build_parser() -> argparse.ArgumentParser:
     nccl.add_argument(
         "--no-dns", action="store_true", help="host names in the hostfile are an error"
     )
+    nccl.add_argument("--tune", action="store_true",
+                      help="measure what beats NCCL's defaults on this node (cached per "
+                      "kind of node): a table for pod-init's tuner plugin, settings in "
+                      "nccl.env")  # fmt: skip
+    nccl.add_argument("--retune", action="store_true", help="--tune, measuring even when cached")
+    nccl.add_argument("--tune-budget", type=argtypes.seconds(5, 3600), default=45.0, metavar="S",
+                      help="seconds of timing for --tune (torchrun's start comes on "
+                      "top)")  # fmt: skip
+    nccl.add_argument("--cache", metavar="DIR",
+                      help="tuning cache (default $POD_INIT_CACHE/nccl-tuning, else "
+                      "/var/cache/pod-init/nccl-tuning)")  # fmt: skip
     nccl.add_argument("--proc-root", default="/proc", metavar="DIR", help=argparse.SUPPRESS)
     nccl.set_defaults(handler=_cmd_nccl)
 

@@ -16,6 +16,7 @@
 #include "io/direct_writer.hpp"
 #include "nccl/hostfile.hpp"
 #include "nccl/nccl_config.hpp"
+#include "nccl/tuner/tuning_table.hpp"
 #include "topology/nvlink.hpp"
 #include "topology/report.hpp"
 #include "topology/topology.hpp"
@@ -249,6 +250,23 @@ PYBIND11_MODULE(_native, m) {
       py::arg("nodelist"), "node[01-03],gpu-a -> [node01, node02, node03, gpu-a] (SLURM style).");
 
   m.def(
+      "tuning_table_rules",
+      [](const std::string& text, const std::string& source) {
+        const pod_init::TuningTable table = pod_init::parse_tuning_table(text, source);
+        py::list rules;
+        for (const pod_init::TunerRule& r : table.rules) {
+          rules.append(py::make_tuple(r.collective, r.min_bytes, r.max_bytes, r.choice.algorithm,
+                                      r.choice.protocol, r.choice.channels));
+        }
+        return py::make_tuple(table.nccl_version, table.ranks, table.nodes, rules);
+      },
+      py::arg("text"), py::arg("source"),
+      "A tuning table as the NCCL tuner plugin reads it: (nccl_version, ranks, nodes, rules), "
+      "each rule (collective, min_bytes, max_bytes, algorithm, protocol, channels) in NCCL's "
+      "numbering, -1/0 where NCCL chooses. InputError naming source for a table the plugin "
+      "would refuse.");
+
+  m.def(
       "scan_topology",
       [](const std::string& sysfs_root, int expect_gpus, bool probe_bar0) {
         if (sysfs_root.empty()) throw py::value_error("sysfs_root must not be empty");
@@ -294,7 +312,8 @@ PYBIND11_MODULE(_native, m) {
       [](const pod_init::Topology& topology, const std::optional<pod_init::NodeList>& nodes,
          const std::string& hints, const std::string& out_dir, const std::string& socket_ifname,
          bool force_rings, int channels, const DetailsArg& details,
-         const std::map<std::string, std::string>& environment, const std::string& proc_root) {
+         const std::map<std::string, std::string>& environment, const std::string& proc_root,
+         const std::map<std::string, std::string>& tuned_env, const std::string& tuning_table) {
         pod_init::NcclRequest request;
         request.topo = topology;
         if (nodes) request.nodes = *nodes;
@@ -304,6 +323,8 @@ PYBIND11_MODULE(_native, m) {
         request.channels = channels;
         request.details = to_details(details);
         request.environment = environment;
+        request.tuned_env = tuned_env;
+        request.tuning_table = tuning_table;
         py::gil_scoped_release release;
         if (!hints.empty()) {
           request.hints = pod_init::read_topo_hints(hints);
@@ -317,9 +338,11 @@ PYBIND11_MODULE(_native, m) {
       py::arg("out_dir") = ".", py::arg("socket_ifname") = "", py::arg("force_rings") = false,
       py::arg("channels") = 0, py::arg("details") = DetailsArg{},
       py::arg("environment") = std::map<std::string, std::string>{}, py::arg("proc_root") = "/proc",
+      py::arg("tuned_env") = std::map<std::string, std::string>{}, py::arg("tuning_table") = "",
       "Builds the NCCL configuration from a scanned topology and a node list (nothing is "
-      "written until write()). InputError for bad input, OSError when the hints file cannot be "
-      "read.");
+      "written until write()); tuned_env and tuning_table: a measured tuning for this node, "
+      "its settings added to the env file and the table written beside it. InputError for bad "
+      "input, OSError when the hints file cannot be read.");
 
   py::class_<pod_init::NodeList>(m, "NodeList")
       .def_property_readonly(

@@ -250,6 +250,9 @@ NcclConfig build_nccl_config(const NcclRequest& request) {
             "--force-rings: NCCL uses these rings unchecked");
   }
   choose_socket_interface(request, &config);
+  for (const auto& [key, value] : request.tuned_env) {
+    propose(request, &config, key, value, "measured on this kind of node (pyinit nccl --tune)");
+  }
   std::vector<std::string> hcas;
   for (const PciDevice& dev : config.topo.devices) {
     if (dev.kind == DeviceKind::Nic)
@@ -270,6 +273,9 @@ NcclConfig build_nccl_config(const NcclRequest& request) {
   config.files.emplace_back("nccl-graph.xml", nccl_graph_xml(config.graph));
   config.files.emplace_back("nccl.env", env_file(config));
   if (!config.hosts.empty()) config.files.emplace_back("hosts", hosts_lines(config.hosts));
+  if (!request.tuning_table.empty()) {
+    config.files.emplace_back("nccl-tuning.json", request.tuning_table);
+  }
   return config;
 }
 

@@ -34,6 +34,10 @@ struct NcclRequest {
   GpuDetailsMap details;      // NVML's view, when there is one
   std::map<std::string, std::string> environment;  // NCCL_* already set: they win
   std::string sys_class_net = "/sys/class/net";    // live interfaces, whatever the topology's root
+  // `pyinit nccl --tune`'s whole-run settings for this kind of node, and its
+  // table (JSON, for the tuner plugin), written beside the other files.
+  std::map<std::string, std::string> tuned_env;
+  std::string tuning_table;
 };
 
 // The API layer's reads for a request, each done once: the hints file

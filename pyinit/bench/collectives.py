@@ -26,6 +26,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -36,6 +37,7 @@ from typing import Any
 
 from pyinit import argtypes
 from pyinit.bench.plotting import bytes_axis, human_bytes, pyplot
+from pyinit.errors import InputError
 from pyinit.extras import note_missing
 from pyinit.jsonfile import write_json
 
@@ -106,6 +108,31 @@ def nccl_tests_sizes(smallest: int, largest: int, factor: int, step: int) -> lis
     return sizes
 
 
+@dataclass(frozen=True)
+class TunedSide:
+    """The tuned side of a comparison: the group built with the table's
+    communicator bound, and the plugin's switch for the table."""
+
+    group: Any
+    use_table: Callable[[bool], None]
+    rounds: int
+
+
+def cuda_seconds(call: Callable[[], None], calls: int) -> float:
+    """Seconds per call over `calls` back-to-back calls, timed by CUDA events
+    on the current stream (what the GPU spent, not what Python waited)."""
+    import torch
+
+    start = torch.cuda.Event(enable_timing=True)
+    stop = torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        call()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop) / 1e3 / calls
+
+
 def measure(
     collective: Collective,
     sizes: list[int],
@@ -115,8 +142,11 @@ def measure(
     iterations: int,
     warmup: int,
     progress: Callable[[dict[str, Any]], None] | None = None,
+    tuned: TunedSide | None = None,
 ) -> list[dict[str, Any]]:
-    """Inside an initialised process group: one nccl-tests row per size."""
+    """Inside an initialised process group: one nccl-tests row per size.
+    ``tuned``: each cell is NCCL's default (the world group, table off) and,
+    under ``tuned``, the table's choices, timed in turns."""
     import torch
     import torch.distributed as dist
 
@@ -140,40 +170,36 @@ def measure(
         """Block i holds i + 1: what an all-gather or all-to-all must deliver."""
         return torch.arange(1, ranks + 1, device=device).repeat_interleave(per_block).to(dtype)
 
-    def setup(in_place: bool, send_n: int, recv_n: int, block: int):
+    def setup(in_place: bool, send_n: int, recv_n: int, block: int, group: Any = None):
         """(the call, the buffer to check, the expected values) for one mode."""
         mine = float(rank + 1)
         if collective.name == "all_reduce":
             work = full(send_n, mine)
-            return lambda: dist.all_reduce(work, op=reduce_op), work, full(send_n, reduced)
+            call = lambda: dist.all_reduce(work, op=reduce_op, group=group)  # noqa: E731
+            return call, work, full(send_n, reduced)
         if collective.name == "broadcast":
             work = full(send_n, float(root + 1) if rank == root else 0.0)
-            return lambda: dist.broadcast(work, src=root), work, full(send_n, float(root + 1))
+            call = lambda: dist.broadcast(work, src=root, group=group)  # noqa: E731
+            return call, work, full(send_n, float(root + 1))
         if collective.name == "all_gather":
             out = full(recv_n, mine if in_place else 0.0)
             send = out[rank * block : (rank + 1) * block] if in_place else full(send_n, mine)
-            return lambda: dist.all_gather_into_tensor(out, send), out, blocks(recv_n, block)
+            call = lambda: dist.all_gather_into_tensor(out, send, group=group)  # noqa: E731
+            return call, out, blocks(recv_n, block)
         if collective.name == "reduce_scatter":
             send = full(send_n, mine)
             out = send[rank * block : (rank + 1) * block] if in_place else full(recv_n, 0.0)
-            call = lambda: dist.reduce_scatter_tensor(out, send, op=reduce_op)  # noqa: E731
+            call = lambda: dist.reduce_scatter_tensor(out, send, op=reduce_op, group=group)  # noqa: E731
             return call, out, full(recv_n, reduced)
         send, out = full(send_n, mine), full(recv_n, 0.0)
-        return lambda: dist.all_to_all_single(out, send), out, blocks(recv_n, block)
+        return lambda: dist.all_to_all_single(out, send, group=group), out, blocks(recv_n, block)
 
     def timed(call: Callable[[], None]) -> float:
         """Mean seconds per call, back to back like nccl-tests, averaged over the ranks."""
         for _ in range(warmup):
             call()
         if cuda:
-            start = torch.cuda.Event(enable_timing=True)
-            stop = torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(iterations):
-                call()
-            stop.record()
-            stop.synchronize()
-            seconds = start.elapsed_time(stop) / 1e3 / iterations
+            seconds = cuda_seconds(call, iterations)
         else:
             began = time.perf_counter()
             for _ in range(iterations):
@@ -183,9 +209,42 @@ def measure(
         dist.all_reduce(mean)
         return float(mean.item()) / ranks
 
+    def cell(count: int, seconds: float, wrong: int) -> dict[str, Any]:
+        algbw = collective.algbw_bytes(count, word, ranks) / seconds / 1e9 if seconds else 0.0
+        busbw = algbw * collective.bus_factor(ranks)
+        return {"time": seconds * 1e6, "alg_bw": algbw, "bus_bw": busbw, "nwrong": wrong}
+
+    def checked(counts: tuple[int, int, int], in_place: bool, group: Any = None):
+        """The call, and the elements it got wrong once on fresh data (the
+        timed calls after it reuse the buffers; their values no longer matter)."""
+        call, result, expected = setup(in_place, *counts, group)
+        call()
+        return call, int((result != expected).sum().item())
+
+    def compared(counts: tuple[int, int, int], in_place: bool, side: TunedSide) -> dict[str, Any]:
+        """NCCL's default and the table in turns, round after round, so a
+        noisy minute falls on both sides alike."""
+        side.use_table(False)
+        default_call, default_wrong = checked(counts, in_place)
+        side.use_table(True)
+        tuned_call, tuned_wrong = checked(counts, in_place, side.group)
+        default_times, tuned_times = [], []
+        for _ in range(side.rounds):
+            side.use_table(False)
+            default_times.append(timed(default_call))
+            side.use_table(True)
+            tuned_times.append(timed(tuned_call))
+        result = cell(counts[2], statistics.median(default_times), default_wrong)
+        result["tuned"] = cell(counts[2], statistics.median(tuned_times), tuned_wrong)
+        # Times, not bandwidths: one rank moves no bus bytes, yet takes time.
+        tuned_time = result["tuned"]["time"]
+        result["gain"] = result["time"] / tuned_time if tuned_time else 0.0
+        return result
+
     rows = []
     for size in sizes:
-        send_n, recv_n, count = collective.counts(size, word, ranks)
+        counts = collective.counts(size, word, ranks)
+        send_n, recv_n, count = counts
         row: dict[str, Any] = {
             "size": max(send_n, recv_n) * word, "count": count, "type": datatype,
             "redop": op if collective.reduces else "none",
@@ -195,17 +254,12 @@ def measure(
                                 ("in_place", collective.in_place)):  # fmt: skip
             if not supported:
                 row[mode] = None
-                continue
-            call, result, expected = setup(mode == "in_place", send_n, recv_n, count)
-            # Checked once on fresh data; the timed calls after it reuse the
-            # buffers and their values no longer matter.
-            call()
-            wrong = int((result != expected).sum().item())
-            seconds = timed(call)
-            algbw = collective.algbw_bytes(count, word, ranks) / seconds / 1e9 if seconds else 0.0
-            busbw = algbw * collective.bus_factor(ranks)
-            row[mode] = {"time": seconds * 1e6, "alg_bw": algbw, "bus_bw": busbw, "nwrong": wrong}
-            del call, result, expected
+            elif tuned is None:
+                call, wrong = checked(counts, mode == "in_place")
+                row[mode] = cell(count, timed(call), wrong)
+                del call
+            else:
+                row[mode] = compared(counts, mode == "in_place", tuned)
         rows.append(row)
         if progress is not None:
             progress(row)
@@ -223,6 +277,8 @@ def worker(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--out", help="rank 0 writes the rows here as JSON")
     parser.add_argument("--progress", action="store_true", help="rank 0: a line per size")
+    parser.add_argument("--tuning-bound", type=int, help="compare with the tuning: its CTA bound")
+    parser.add_argument("--rounds", type=int, default=5, help="turns of default and tuned")
     args = parser.parse_args(argv)
     collective = BY_NAME[args.collective]
     sizes = [argtypes.size()(s) for s in args.sizes.split(",")]
@@ -236,6 +292,11 @@ def worker(argv: list[str] | None = None) -> int:
             print(f"{collective.command} [{len(done)}/{len(sizes)}] {human_bytes(row['size'])}: "
                   f"busbw {best:.2f} GB/s", file=sys.stderr, flush=True)  # fmt: skip
 
+    plugin = None
+    if args.tuning_bound is not None:
+        from pyinit.nccl.measure import Plugin
+
+        plugin = Plugin(os.environ["NCCL_TUNER_PLUGIN"])  # before torch loads NCCL
     import torch
     import torch.distributed as dist
 
@@ -243,9 +304,17 @@ def worker(argv: list[str] | None = None) -> int:
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group("nccl" if cuda else "gloo")
+    tuned = None
+    if plugin is not None:
+        group = dist.group.WORLD
+        if args.tuning_bound:
+            options = dist.ProcessGroupNCCL.Options()
+            options.config.min_ctas = options.config.max_ctas = args.tuning_bound
+            group = dist.new_group(backend="nccl", pg_options=options)
+        tuned = TunedSide(group, plugin.use_table, args.rounds)
     try:
         rows = measure(collective, sizes, args.datatype, args.op, args.root, args.iterations,
-                       args.warmup, progress)  # fmt: skip
+                       args.warmup, progress, tuned)  # fmt: skip
     finally:
         dist.destroy_process_group()
     if lead:
@@ -267,7 +336,8 @@ def average_busbw(rows: list[dict]) -> float:
 
 
 def wrong_total(rows: list[dict]) -> int:
-    return sum(row[m]["nwrong"] for row in rows for m in ("out_of_place", "in_place") if row[m])
+    cells = [row[m] for row in rows for m in ("out_of_place", "in_place") if row[m]]
+    return sum(c["nwrong"] + (c["tuned"]["nwrong"] if "tuned" in c else 0) for c in cells)
 
 
 def _float_cell(value: float, width: int) -> str:
@@ -276,6 +346,40 @@ def _float_cell(value: float, width: int) -> str:
         if len(text) <= width:
             return text
     return f"{value:{width}.1e}"
+
+
+def tuned_table(document: dict) -> str:
+    """NCCL's default beside the tuning, size by size, with the gain."""
+    tuning = document["tuning"]
+    lines = [
+        f"# {document['collective']}, {document['ranks']} ranks over NCCL: NCCL's default "
+        f"against the tuning in {tuning['table']}",
+        f"# (key {tuning['key']}, CTA bound {tuning['bound'] or 'NCCL'}'s, "
+        f"{tuning['rounds']} rounds in turns, medians)",
+        f"# {'size':>10}  {'mode':>12}  {'default':>8}  {'tuned':>8}  {'gain':>6}  {'#wrong':>6}",
+        f"# {'(B)':>10}  {'':>12}  {'(GB/s)':>8}  {'(GB/s)':>8}  {'':>6}  {'':>6}",
+    ]
+    for row in document["results"]:
+        for mode in ("out_of_place", "in_place"):
+            cell = row[mode]
+            if cell is None:
+                continue
+            wrong = cell["nwrong"] + cell["tuned"]["nwrong"]
+            lines.append(f"{row['size']:>12}  {mode.replace('_', '-'):>12}  "
+                         f"{_float_cell(cell['bus_bw'], 8)}  "
+                         f"{_float_cell(cell['tuned']['bus_bw'], 8)}  {cell['gain']:6.3f}  "
+                         f"{wrong:>6}")  # fmt: skip
+    gains = [row[m]["gain"] for row in document["results"] for m in ("out_of_place", "in_place")
+             if row[m]]  # fmt: skip
+    lines += _footer(document["results"], f"{'Gain, lowest':<20} : {min(gains):.3f}")
+    return "\n".join(lines) + "\n"
+
+
+def _footer(rows: list[dict], summary: str) -> list[str]:
+    """nccl-tests' closing lines: the wrong values, then one summary line."""
+    wrong = wrong_total(rows)
+    return [f"# {'Out of bounds values':<20} : {wrong} {'FAILED' if wrong else 'OK'}",
+            f"# {summary}", "#"]  # fmt: skip
 
 
 def table(document: dict) -> str:
@@ -303,12 +407,8 @@ def table(document: dict) -> str:
                 line += (f"  {_float_cell(cell['time'], 7)}  {_float_cell(cell['alg_bw'], 6)}  "
                          f"{_float_cell(cell['bus_bw'], 6)}  {cell['nwrong']:>6}")  # fmt: skip
         lines.append(line)
-    wrong = wrong_total(document["results"])
-    lines += [
-        f"# {'Out of bounds values':<20} : {wrong} {'FAILED' if wrong else 'OK'}",
-        f"# {'Avg bus bandwidth':<20} : {average_busbw(document['results']):g} ",
-        "#",
-    ]
+    average = average_busbw(document["results"])
+    lines += _footer(document["results"], f"{'Avg bus bandwidth':<20} : {average:g} ")
     return "\n".join(lines) + "\n"
 
 
@@ -322,6 +422,10 @@ def plot(document: dict, path: Path) -> bool:
         points = [(r["size"], r[mode]["bus_bw"]) for r in rows if r[mode] and r["size"]]
         if points:
             ax.plot(*zip(*points, strict=True), marker="o", label=label)
+        tuned = [(r["size"], r[mode]["tuned"]["bus_bw"]) for r in rows
+                 if r[mode] and r["size"] and "tuned" in r[mode]]  # fmt: skip
+        if tuned:
+            ax.plot(*zip(*tuned, strict=True), marker="s", linestyle="--", label=f"{label}, tuned")
     bytes_axis(ax)
     ax.set_xlabel("message size (largest buffer per rank)")
     ax.set_ylabel("bus bandwidth, GB/s")
@@ -371,6 +475,11 @@ def main(argv: list[str] | None, command: str) -> int:
         parser.add_argument("-r", "--root", type=argtypes.whole(0, 1023), default=0)
     parser.add_argument("--machine", default=os.uname().nodename, help="named in the plot")
     parser.add_argument("--out", default=".", help=f"folder for {command}.json and .png")
+    parser.add_argument("--tuning", metavar="TABLE",
+                        help="time NCCL's default and this tuning table (pyinit nccl --tune's "
+                        "nccl-tuning.json) in turns, size by size")  # fmt: skip
+    parser.add_argument("--rounds", type=argtypes.whole(1, 1000), default=5,
+                        help="with --tuning: turns of each side per size (medians)")  # fmt: skip
     args = parser.parse_args(argv)
     op, root = getattr(args, "op", "sum"), getattr(args, "root", 0)
     if op == "avg" and not gpus:
@@ -386,6 +495,7 @@ def main(argv: list[str] | None, command: str) -> int:
     env = dict(os.environ)
     for key, value in MULTICAST_OFF.items():
         env.setdefault(key, value)
+    tuning = _tuning_options(args.tuning, gpus, env) if args.tuning else []
     rows_file = out / f".{command}-rows.json"
     worker_command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -393,7 +503,7 @@ def main(argv: list[str] | None, command: str) -> int:
         "-m", "pyinit.bench.collectives", collective.name,
         "--sizes", ",".join(map(str, sizes)), "-d", args.datatype, "-o", op, "-r", str(root),
         "--iterations", str(args.iters), "--warmup", str(args.warmup_iters),
-        "--out", str(rows_file), "--progress",
+        "--out", str(rows_file), "--progress", "--rounds", str(args.rounds), *tuning,
     ]  # fmt: skip
     workers = subprocess.run(worker_command, env=env)
     if workers.returncode != 0:
@@ -405,10 +515,33 @@ def main(argv: list[str] | None, command: str) -> int:
     document.update(machine=args.machine, date=time.strftime("%Y-%m-%d"),
                     iterations=args.iters, warmup=args.warmup_iters,
                     env={k: env[k] for k in sorted(env) if k.startswith("NCCL_")})  # fmt: skip
-    sys.stdout.write(table(document))
+    if args.tuning:
+        from pyinit.nccl.tuning import read_table
+
+        table_of = read_table(args.tuning)
+        document["tuning"] = {"table": args.tuning, "key": table_of.key.id,
+                              "bound": table_of.bound, "rounds": args.rounds}  # fmt: skip
+    sys.stdout.write(tuned_table(document) if args.tuning else table(document))
     write_json(out / f"{command}.json", document)
     plot(document, out / f"{command}.png")
     return 1 if wrong_total(document["results"]) else 0
+
+
+def _tuning_options(path: str, gpus: int, env: dict[str, str]) -> list[str]:
+    """The workers' options (and the plugin in their env) for comparing a
+    tuning table with NCCL's default; InputError for a table that does not
+    fit this NCCL."""
+    from pyinit.nccl.tuning import TABLE_ENV, installed_nccl_version, plugin_path, read_table
+
+    if not gpus:
+        raise InputError("--tuning compares NCCL's choices: it needs GPUs")
+    tuning = read_table(path)
+    version = installed_nccl_version()
+    if version is not None and version != tuning.key.nccl_version:
+        raise InputError(f"measured with NCCL {tuning.key.nccl_version}, this is NCCL {version}",
+                         file=path)  # fmt: skip
+    env.update(NCCL_TUNER_PLUGIN=str(plugin_path()), **{TABLE_ENV: str(Path(path).resolve())})
+    return ["--tuning-bound", str(tuning.bound)]
 
 
 # What the lent machines need set in everything started there (NVLink multicast off).

@@ -1,17 +1,21 @@
 """NCCL configuration for this node: the native core builds the topology file,
 the ring graph, the env file and the hosts lines; this layer adds what only
-NVML knows (NVLinks, compute capability) when a driver is there."""
+NVML knows (NVLinks, compute capability) when a driver is there, and a
+tuning measured on this kind of node (``pyinit.nccl.tuning``) when there is
+one."""
 
 from __future__ import annotations
 
 import ipaddress
 import os
 import socket
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 from pyinit import _native
 from pyinit.errors import InputError
+from pyinit.nccl.tuning import Tuning
 from pyinit.nvml import NvmlView
 from pyinit.topology import Topology, scan
 
@@ -84,6 +88,7 @@ def configure(
     proc_root: str = "/proc",
     dns: bool = True,
     node: int | None = None,
+    tuning: Tuning | None = None,
 ) -> _native.NcclConfig:
     """Builds the configuration without writing it; call ``.write()`` for that.
 
@@ -92,7 +97,8 @@ def configure(
     loaded (see :func:`load_nodes`; ``node`` plans for that node of it).
 
     ``environment`` (default ``os.environ``): ``NCCL_*`` values set there win
-    over pod-init's and are reported. Raises ``ValueError``
+    over pod-init's and are reported. ``tuning``: its whole-run settings go
+    into the env file and its table beside it. Raises ``ValueError``
     (``pyinit.errors.InputError``, naming the file and line) for bad input and
     ``OSError`` when a file cannot be read.
     """
@@ -114,4 +120,49 @@ def configure(
         details=nvml.details() if nvml is not None else {},
         environment={k: v for k, v in env.items() if k.startswith("NCCL_")},
         proc_root=str(proc_root),
+        tuned_env=tuning.env if tuning else {},
+        tuning_table=tuning.to_json() if tuning else "",
     )
+
+
+def tune(
+    topology: Topology,
+    nvml: NvmlView,
+    *,
+    cache: Path,
+    retune: bool = False,
+    budget: float = 45.0,
+    collectives: tuple[str, ...] = ("allreduce", "reducescatter", "allgather"),
+    max_bytes: int = 8 << 30,
+) -> tuple[Tuning, bool]:
+    """This node's tuning: the cached table for its kind when there is one
+    (unless ``retune``), else measured on its GPUs (``budget`` seconds of
+    timing) and cached. Returns (tuning, whether it came from the cache).
+
+    ``InputError`` for a node it cannot tune (fewer than two GPUs);
+    ``pyinit.nccl.measure.MeasurementFailed`` when the ranks fail or NCCL
+    returns wrong results (the node is unhealthy)."""
+    from pyinit.nccl import measure
+    from pyinit.nccl.tuning import cached, choose, installed_nccl_version, node_kind, store
+
+    gpus = len(nvml.gpus)
+    if gpus < 2:
+        raise InputError(f"--tune times collectives between GPUs; this node has {gpus}")
+    version = installed_nccl_version()
+    if version and not retune:
+        hit = cached(node_kind(topology, nvml, version), cache)
+        if hit is not None:
+            return hit, True
+    result = measure.run(gpus, collectives=list(collectives), budget=budget,
+                         min_bytes=64 << 10, max_bytes=max_bytes, bounds=[16, 24, 32])  # fmt: skip
+    wrong = sorted(name for name, count in result.wrong.items() if count)
+    if wrong:
+        raise measure.MeasurementFailed("NCCL returned wrong results for: " + ", ".join(wrong))
+    tuning = choose(result.timings, node_kind(topology, nvml, result.nccl_version))
+    tuning.seconds = result.seconds
+    try:
+        store(tuning, cache)
+    except OSError as e:
+        # The measurement stands for this run; only the next boot measures again.
+        print(f"pyinit nccl: not cached ({e.filename}: {e.strerror})", file=sys.stderr)
+    return tuning, False

@@ -340,11 +340,15 @@ def run(
     elif gpus:
         from pyinit.nccl import configure
 
-        config = configure(topology=node.topology, nodes=nodes.native,
+        tuning, cached = _nccl_tuning(node, env, log, out)
+        config = configure(topology=node.topology, nodes=nodes.native, tuning=tuning,
                            out_dir=str(folder / "nccl"), nvml=node.nvml)  # fmt: skip
         config.write()
         env.update(config.env)
         log.write("nccl", files=sorted(config.files), env=config.env)
+        if tuning is not None:
+            # The copy beside this run's NCCL files: the cache may change under a long run.
+            _use_tuner_plugin(tuning, cached, folder / "nccl" / "nccl-tuning.json", env, log)
     if gpus:
         log.phase("nccl files", configured, boottime())
     status_dir = folder / "status"
@@ -437,6 +441,37 @@ def run(
     log.close()
     print(f"pyinit run: exited with status {status}", file=out)
     return status
+
+
+def _nccl_tuning(node: Any, env: Mapping[str, str], log: EventLog, out: IO[str]) -> tuple[Any, str]:
+    """The cached NCCL tuning for this node and its file, or (None, "") after
+    one line saying why NCCL chooses alone."""
+    from pyinit.nccl.tuning import cache_dir, for_run
+
+    if node.nvml is None:
+        return None, ""  # no driver view: no key to look the node up by
+    if "NCCL_TUNER_PLUGIN" in env:
+        why = f"NCCL_TUNER_PLUGIN is set ({env['NCCL_TUNER_PLUGIN']})"
+    else:
+        tuning, why = for_run(node.topology, node.nvml, cache_dir(env))
+        if tuning is not None:
+            return tuning, why
+    print(f"pyinit run: NCCL tuning not used: {why}", file=out)
+    log.write("nccl_tuning", used=False, reason=why)
+    return None, ""
+
+
+def _use_tuner_plugin(tuning: Any, cached: str, table: Path, env: dict[str, str],
+                      log: EventLog) -> None:  # fmt: skip
+    from pyinit.nccl.tuning import plugin_run_env
+
+    for key, value in plugin_run_env(tuning, table, os.environ).items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    log.write("nccl_tuning", used=True, cached=cached, table=str(table), key=tuning.key.id,
+              rules=len(tuning.rules), env=tuning.plugin_env)  # fmt: skip
 
 
 def _exit_status(code: int, forwarded: list[int], worker: int | None) -> int:

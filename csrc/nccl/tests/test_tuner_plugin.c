@@ -137,6 +137,13 @@ int main(int argc, char** argv) {
   CHECK(ask(tuner, ctx, ncclFuncReduceScatter, 1024, &channels) == -1 && channels == 0);
   /* Channels alone. */
   CHECK(ask(tuner, ctx, ncclFuncAllGather, 4096, &channels) == -1 && channels == 4);
+  /* Switched off (a benchmark's default side) and on again. */
+  void (*use_table)(int) = (void (*)(int))dlsym(lib, "pod_init_tuner_use_table");
+  CHECK(use_table != NULL);
+  use_table(0);
+  CHECK(ask(tuner, ctx, ncclFuncAllReduce, 67108864, &channels) == -1 && channels == 0);
+  use_table(1);
+  CHECK(ask(tuner, ctx, ncclFuncAllReduce, 67108864, &channels) == ring_simple && channels == 32);
   CHECK(tuner->finalize(ctx) == ncclSuccess);
 
   /* Another NCCL than the table's: refused, said as a warning. */

@@ -39,6 +39,8 @@ std::atomic<int> forced_algorithm{-1};
 std::atomic<int> forced_protocol{-1};
 std::atomic<int> forced_channels{0};
 std::atomic<long> forced_unavailable{0};
+// Off: the table is ignored (a benchmark's "NCCL's default" side).
+std::atomic<bool> table_enabled{true};
 
 template <typename... Args>
 void log_line(ncclDebugLogger_t log, int level, const char* fmt, Args... args) {
@@ -164,7 +166,7 @@ ncclResult_t tuner_get_coll_info(void* context, ncclFunc_t collective, size_t by
     return ncclSuccess;
   }
   const auto* ctx = static_cast<const TunerContext*>(context);
-  if (ctx->table) {
+  if (ctx->table && table_enabled.load(std::memory_order_relaxed)) {
     if (const TunerRule* rule = find_tuner_rule(*ctx->table, collective, bytes)) {
       apply(rule->choice, cost_table, algorithms, protocols, channels);
     }
@@ -195,6 +197,12 @@ __attribute__((visibility("default"))) void pod_init_tuner_force(int algorithm, 
   pod_init::forced_protocol.store(protocol);
   pod_init::forced_channels.store(channels);
   pod_init::forced_unavailable.store(0);
+}
+
+// For `pyinit bench ... --tuning`, which times NCCL's default and the table
+// in turns in one process: 0 makes every following call NCCL's own choice.
+__attribute__((visibility("default"))) void pod_init_tuner_use_table(int enabled) {
+  pod_init::table_enabled.store(enabled != 0);
 }
 
 // How many calls since the last force NCCL could not run the forced pair for
