@@ -123,18 +123,24 @@ def _cmd_nccl(args: argparse.Namespace) -> int:
 
     if args.node is not None and not args.hostfile:
         raise InputError("--node needs --hostfile: the cluster it is a node of")
-    nvml = _read_nvml(args)
     topology = tuning = None
     if args.tune or args.retune:
         from pyinit.extras import require
         from pyinit.nccl import tune
         from pyinit.nccl.measure import MeasurementFailed
         from pyinit.nccl.tuning import cache_dir, plot_tuning
+        from pyinit.nvml import NvmlUnavailable, read_nvml
         from pyinit.topology import scan
 
         require("torch", "pyinit nccl --tune")
-        if nvml is None:
-            raise InputError("--tune measures NCCL on this node's GPUs: it needs NVML (a driver)")
+        if args.no_nvml:
+            raise InputError("--tune measures NCCL on this node's GPUs: it needs NVML, "
+                             "not --no-nvml")  # fmt: skip
+        try:
+            nvml = read_nvml(_nvml_backend(args))
+        except NvmlUnavailable as e:
+            raise InputError(f"--tune measures NCCL on this node's GPUs: NVML is "
+                             f"unavailable ({e})") from None  # fmt: skip
         topology = scan(args.sysfs_root, probe_bar0=False)
         cache = Path(args.cache) if args.cache else cache_dir()
         try:
@@ -146,6 +152,8 @@ def _cmd_nccl(args: argparse.Namespace) -> int:
         if reused:
             print(f"pyinit nccl: tuning from {cache / tuning.key.id}.json (measured before on "
                   "this kind of node; --retune measures again)", file=sys.stderr)  # fmt: skip
+    else:
+        nvml = _read_nvml(args)
     config = configure(
         args.sysfs_root,
         topology=topology,

@@ -304,8 +304,27 @@ def test_cli_tune_without_nvml_is_a_usage_error(pyinit_bin, h200x2_tree, tmp_pat
                   "--out", str(tmp_path)], env={**os.environ})  # fmt: skip
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "pyinit: --tune measures NCCL on this node's GPUs: it needs NVML (a driver)"
+        "pyinit: --tune measures NCCL on this node's GPUs: it needs NVML, not --no-nvml"
     ]
+    result = run([pyinit_bin, "nccl", "--tune", "--nvml-replay", str(tmp_path / "none.json"),
+                  "--sysfs-root", str(h200x2_tree), "--out", str(tmp_path)])  # fmt: skip
+    assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1
+    assert "none.json" in result.stderr
+
+
+@pytest.mark.slow
+def test_tune_where_the_ranks_cannot_run_is_one_line(pyinit_bin, h200x2_tree, tmp_path):
+    """Two GPUs by (recorded) NVML, none for torch here: the measuring ranks
+    start under torchrun, fail, and the command says why in one line."""
+    from conftest import run
+
+    result = run([pyinit_bin, "nccl", "--tune", "--nvml-replay", str(DATA / "h200x2-nvml.json"),
+                  "--sysfs-root", str(h200x2_tree), "--cache", str(tmp_path / "cache"),
+                  "--out", str(tmp_path / "out")])  # fmt: skip
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pyinit nccl: the measuring ranks failed")
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "out").exists()
 
 
 def test_bench_tuning_needs_gpus(pyinit_bin, tmp_path):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -300,6 +301,7 @@ def run(gpus: int, *, collectives: list[str], budget: float, min_bytes: int, max
     env.pop(TABLE_ENV, None)  # the measurement forces; no table may interfere
     with tempfile.TemporaryDirectory(prefix="pyinit-tune-") as folder:
         out = os.path.join(folder, "timings.json")
+        log = os.path.join(folder, "ranks.log")
         command = [
             sys.executable, "-m", "torch.distributed.run", "--standalone",
             "--nproc-per-node", str(gpus), "--no-python", sys.executable, "-P",
@@ -308,14 +310,25 @@ def run(gpus: int, *, collectives: list[str], budget: float, min_bytes: int, max
             "--bounds", ",".join(map(str, bounds)), "--rounds", str(rounds),
             "--budget", str(budget), "--out", out,
         ]  # fmt: skip
-        ranks = subprocess.run(command, env=env)
+        with open(log, "wb") as output:
+            ranks = subprocess.run(command, env=env, stdout=output, stderr=subprocess.STDOUT)
         if ranks.returncode != 0 or not os.path.exists(out):
             raise MeasurementFailed(f"the measuring ranks failed (torchrun exited with "
-                               f"{ranks.returncode}); see the lines above")  # fmt: skip
+                                    f"{ranks.returncode}): {_first_error(log)}")  # fmt: skip
         with open(out, encoding="utf-8") as f:
             raw = load_json(f.read(), out)
     return Measurement(Timings.from_dict(raw["timings"], out), dict(raw["wrong"]),
                        str(raw["nccl_version"]), float(raw["seconds"]))  # fmt: skip
+
+
+def _first_error(log: str) -> str:
+    """The ranks' first error line (Python's or NCCL's), for a one-line message."""
+    with open(log, encoding="utf-8", errors="replace") as f:
+        lines = [line.strip() for line in f]
+    for line in lines:
+        if re.match(r"(\[rank\d+\]: )?\w+(Error|Exception): ", line) or "NCCL WARN" in line:
+            return line
+    return next((line for line in reversed(lines) if line), "no output")
 
 
 if __name__ == "__main__":
