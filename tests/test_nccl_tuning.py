@@ -355,3 +355,14 @@ def test_bench_prints_default_beside_tuned():
     assert "  1073741824      in-place    300.00    315.00   1.050       2" in text
     assert "# Gain, lowest         : 1.040" in text
     assert wrong_total(rows) == 2 and "FAILED" in text
+
+
+def test_channel_variants_are_tried_for_the_pair_that_wins_most_sizes():
+    from pyinit.nccl.measure import _best_pair
+
+    timings = sweep(**{
+        "nccl tree/ll": lambda s: 1.2 if s <= 256 << 10 else 0.5,
+        "nccl ring/simple": lambda s: 1.05 if s >= MIB else 0.9,
+    })  # fmt: skip
+    assert _best_pair(timings, "allreduce", 0) == Candidate(0, "ring", "simple")
+    assert _best_pair(timings, "allreduce", 32) is None  # nothing forced under that bound

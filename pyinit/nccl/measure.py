@@ -19,6 +19,7 @@ import argparse
 import ctypes
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -263,19 +264,21 @@ def worker(argv: list[str] | None = None) -> int:
 
 
 def _best_pair(timings: Timings, collective: str, bound: int) -> Candidate | None:
-    """The forced pair under `bound` with the most sizes faster than NCCL's own there."""
+    """The forced pair under `bound` with the most sizes faster than NCCL's
+    own choice under it, each measured against the default of its own rounds."""
+
+    def gain(c: Candidate, size: int) -> float:
+        reference = timings.reference(collective, c, size)
+        mine = timings.median(collective, c, size)
+        return statistics.median(reference) / mine if reference and mine else 0.0
+
     scores: dict[Candidate, int] = {}
     for label in timings.samples.get(collective, {}):
         c = Candidate.parse(label)
-        if c.ctas != bound or c.algorithm is None or c.channels:
-            continue
-        wins = 0
-        for size in timings.sizes[collective]:
-            mine = timings.median(collective, c, size)
-            base = timings.median(collective, Candidate(bound), size)
-            if mine and base and mine < base:
-                wins += 1
-        scores[c] = wins
+        if c.ctas == bound and c.algorithm is not None and not c.channels:
+            sizes = timings.sizes[collective]
+            scores[c] = sum(gain(c, s) > (gain(Candidate(bound), s) if bound else 1.0)
+                            for s in sizes)  # fmt: skip
     return max(scores, key=lambda c: (scores[c], c.label), default=None)
 
 
