@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pyinit.bench.collectives import MULTICAST_OFF
-from pyinit.bench.plotting import pyplot
+from pyinit.bench.plotting import pyplot, save_figure
 from pyinit.jsonfile import write_json
 from pyinit.run.events import boottime
 
@@ -168,9 +168,7 @@ def plot(document: dict, path: Path) -> bool:
     ax.set_title(f"Launch to first training step, {document['workers']} workers, "
                  f"{document['machine']} ({document['date']})")  # fmt: skip
     ax.legend(fontsize="small", loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return True
+    return save_figure(fig, path)
 
 
 if __name__ == "__main__":

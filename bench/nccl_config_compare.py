@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from pyinit.bench.plotting import human_bytes, pyplot
+from pyinit.bench.plotting import human_bytes, pyplot, save_figure
 from pyinit.jsonfile import write_json
 
 # Kept in every run on the lent machines (NVLink multicast is off there).
@@ -152,9 +152,7 @@ def plot(document: dict, path: Path) -> bool:
     ax.set_ylabel("all-reduce bus bandwidth, GB/s (median of rounds)")
     ax.set_title(f"{document['machine']}: NCCL default vs pod-init ({document['date']})")
     ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return True
+    return save_figure(fig, path, dpi=120)
 
 
 def main() -> int:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from pyinit.bench.collectives import COLLECTIVES, MULTICAST_OFF
-from pyinit.bench.plotting import bytes_axis, pyplot
+from pyinit.bench.plotting import bytes_axis, pyplot, save_figure
 from pyinit.jsonfile import write_json
 
 
@@ -131,9 +131,7 @@ def plot(results: dict, path: Path) -> bool:
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small")
     fig.suptitle("pyinit bench beside nccl-tests, the same flags")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return True
+    return save_figure(fig, path)
 
 
 if __name__ == "__main__":

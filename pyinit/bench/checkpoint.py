@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from pyinit import argtypes, checkpoint
-from pyinit.bench.plotting import human_bytes, pyplot
+from pyinit.bench.plotting import human_bytes, pyplot, save_figure
 from pyinit.extras import note_missing
 from pyinit.jsonfile import write_json
 
@@ -108,9 +108,7 @@ def plot(document: dict, path: Path) -> bool:
         f"{document['machine']}, {document['date']}"
     )
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return True
+    return save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

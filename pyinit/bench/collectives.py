@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from pyinit import argtypes
-from pyinit.bench.plotting import bytes_axis, human_bytes, pyplot
+from pyinit.bench.plotting import bytes_axis, human_bytes, pyplot, save_figure
 from pyinit.errors import InputError
 from pyinit.extras import note_missing
 from pyinit.jsonfile import write_json
@@ -435,9 +435,7 @@ def plot(document: dict, path: Path) -> bool:
                  f"{document['machine']}, {document['date']}")  # fmt: skip
     ax.legend()
     ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return True
+    return save_figure(fig, path)
 
 
 def main(argv: list[str] | None, command: str) -> int:

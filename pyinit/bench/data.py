@@ -26,7 +26,7 @@ import torch
 
 from pyinit import argtypes
 from pyinit.bench.io import drop_caches
-from pyinit.bench.plotting import pyplot
+from pyinit.bench.plotting import pyplot, save_figure
 from pyinit.data import TokenShardDataset, _kernels, sharder
 from pyinit.data import dataset as dataset_module
 from pyinit.data.shard_format import HEADER_BYTES, ShardWriter, read_header
@@ -237,9 +237,7 @@ def plot(document: dict, path: Path) -> bool:
     ax.set_title(f"Batches of {document['batch']} x {document['seq_len']} tokens from shards, "
                  f"page cache cold and warm\n{document['machine']}")  # fmt: skip
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return True
+    return save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from pyinit import argtypes
-from pyinit.bench.plotting import human_bytes, pyplot
+from pyinit.bench.plotting import human_bytes, pyplot, save_figure
 from pyinit.errors import InputError
 from pyinit.extras import note_missing
 from pyinit.io import DirectReader
@@ -370,9 +370,7 @@ def plot(document: dict, path: Path) -> bool:
         ax.legend(fontsize="small")
     fig.suptitle(f"O_DIRECT reads, pod-init's reader beside fio: {document['target_kind']}\n"
                  f"{document['machine']}, {document['date']}")  # fmt: skip
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return True
+    return save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,6 +18,17 @@ def pyplot() -> Any | None:
     return plt
 
 
+def save_figure(fig: Any, path: Any, dpi: int = 110) -> bool:
+    """Lays out, writes and closes a figure (pyplot keeps every open one
+    alive); True, so a plot function can end with ``return save_figure(...)``."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return True
+
+
 def human_bytes(size: float) -> str:
     """8 B, 64 KiB, 1.5 GiB: binary units, as the sizes on the command lines are."""
     for unit, factor in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):

@@ -379,7 +379,9 @@ def _human(size: int) -> str:
     return str(size)
 
 
-def _gain(t: Timings, collective: str, candidate: Candidate, size: int) -> tuple[float, float]:
+def measured_gain(
+    t: Timings, collective: str, candidate: Candidate, size: int
+) -> tuple[float, float]:
     """(gain over NCCL's default, the gain it must pass to count) at one size;
     gain 0 where the candidate was not measured there. The noise is the
     larger of the two sides' and of the machine's at that size (the median
@@ -400,7 +402,7 @@ def _beats(t: Timings, collective: str, candidate: Candidate, size: int) -> floa
     """The candidate's gain where it surely beats the default at this size,
     else 0: its median gain passes the noise, and every repeat of it is
     faster than every repeat of the default."""
-    gain, threshold = _gain(t, collective, candidate, size)
+    gain, threshold = measured_gain(t, collective, candidate, size)
     mine = t.samples[collective].get(candidate.label, {}).get(size) or []
     base = t.reference(collective, candidate, size)
     if gain > 1 + threshold and mine and base and max(mine) < min(base):
@@ -413,7 +415,7 @@ def _safe(t: Timings, candidate: Candidate) -> bool:
     of any collective, and measured (repeatedly) at all of them."""
     for collective, sizes in t.sizes.items():
         for size in sizes:
-            gain, threshold = _gain(t, collective, candidate, size)
+            gain, threshold = measured_gain(t, collective, candidate, size)
             if gain < 1 - threshold or math.isinf(threshold):
                 return False
     return True
@@ -425,7 +427,7 @@ def _overall(t: Timings, candidate: Candidate) -> float:
     gains, thresholds = [], []
     for collective, sizes in t.sizes.items():
         for size in [s for s in sizes if s >= LARGE_BYTES] or sizes:
-            gain, threshold = _gain(t, collective, candidate, size)
+            gain, threshold = measured_gain(t, collective, candidate, size)
             gains.append(gain)
             thresholds.append(threshold)
     if not gains or min(gains) <= 0:
@@ -465,12 +467,12 @@ def choose(t: Timings, key: NodeKind) -> Tuning:
         for i, size in enumerate(sizes):
             choice, gain, threshold = Candidate(bound), 1.0, NOISE_FLOOR
             if bound:
-                gain, threshold = _gain(t, collective, choice, size)
+                gain, threshold = measured_gain(t, collective, choice, size)
             best = (gain, choice, threshold)
             for c in under_bound:
                 g = _beats(t, collective, c, size)
                 if g > best[0]:
-                    best = (g, c, _gain(t, collective, c, size)[1])
+                    best = (g, c, measured_gain(t, collective, c, size)[1])
             gain, choice, threshold = best
             base = t.median(collective, DEFAULT, size) or 0.0
             results.append(SizeResult(collective, size, choice, gain, threshold, base))
@@ -606,7 +608,7 @@ def installed_nccl_version() -> str | None:
 def plot_tuning(tuning: Tuning, path: Path) -> bool:
     """Gain over NCCL's default per size, one line per collective, with the
     noise each gain had to pass; False without matplotlib."""
-    from pyinit.bench.plotting import bytes_axis, pyplot
+    from pyinit.bench.plotting import bytes_axis, pyplot, save_figure
 
     plt = pyplot()
     if plt is None:
@@ -629,7 +631,4 @@ def plot_tuning(tuning: Tuning, path: Path) -> bool:
                  "shaded: the noise a choice had to pass")  # fmt: skip
     ax.legend()
     ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return save_figure(fig, path)

@@ -214,7 +214,7 @@ COLOURS = {"PID 1": "#4c72b0", "pyinit run": "#55a868", "agent": "#c44e52", "wor
 
 
 def plot(timeline: Timeline, path: Path) -> bool:
-    from pyinit.bench.plotting import pyplot
+    from pyinit.bench.plotting import pyplot, save_figure
 
     plt = pyplot()
     if plt is None:
@@ -238,10 +238,7 @@ def plot(timeline: Timeline, path: Path) -> bool:
         title += f" on every rank: {timeline.first_step_s:.2f} s"
     ax.set_title(title + "\n(ticks: each rank's end of the phase)", fontsize="medium")
     ax.grid(True, axis="x", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:
