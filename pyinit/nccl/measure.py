@@ -19,7 +19,6 @@ import argparse
 import ctypes
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyinit import argtypes
+from pyinit.bench.collectives import MULTICAST_OFF, cuda_seconds, nccl_tests_sizes
 from pyinit.jsonfile import load_json, write_json
 from pyinit.nccl.tuning import (
     ALGORITHMS,
@@ -38,6 +38,7 @@ from pyinit.nccl.tuning import (
     Candidate,
     Timings,
     choose_bound,
+    measured_gain,
     plugin_path,
 )
 
@@ -49,15 +50,6 @@ PAIRS = [(a, p) for a in ("ring", "tree") for p in ("simple", "ll128", "ll")]
 # below that, one round's time is too noisy to judge by.
 GIVE_UP = 1.5
 GIVE_UP_FROM = 4 << 20
-
-
-def sizes_between(smallest: int, largest: int) -> list[int]:
-    """Powers of two from smallest to largest, both included."""
-    sizes, size = [], smallest
-    while size < largest:
-        sizes.append(size)
-        size *= 2
-    return [*sizes, largest]
 
 
 class Plugin:
@@ -131,8 +123,6 @@ class Bench:
 
     def seconds(self, call: Callable[[], None], warm: bool) -> float:
         """Seconds per call, averaged over the ranks (so every rank decides alike)."""
-        from pyinit.bench.collectives import cuda_seconds
-
         if not warm:
             call()  # NCCL connects an algorithm's channels on first use
         one = cuda_seconds(call, 1)
@@ -223,7 +213,7 @@ def worker(argv: list[str] | None = None) -> int:
     largest = min(args.max_bytes, 1 << (int(free * 0.4) // 2).bit_length() - 1)
     bench = Bench(largest, args.rounds)
     collectives = args.collectives.split(",")
-    sizes = sizes_between(args.min_bytes, largest)
+    sizes = nccl_tests_sizes(args.min_bytes, largest, 2, 0)
     # One node: the tuning is the node's own (a multi-node job adds the network).
     timings = Timings(bench.ranks, 1, {c: sizes for c in collectives}, {})
     wrong: dict[str, int] = {}
@@ -268,17 +258,14 @@ def _best_pair(timings: Timings, collective: str, bound: int) -> Candidate | Non
     own choice under it, each measured against the default of its own rounds."""
 
     def gain(c: Candidate, size: int) -> float:
-        reference = timings.reference(collective, c, size)
-        mine = timings.median(collective, c, size)
-        return statistics.median(reference) / mine if reference and mine else 0.0
+        return measured_gain(timings, collective, c, size)[0]
 
     scores: dict[Candidate, int] = {}
     for label in timings.samples.get(collective, {}):
         c = Candidate.parse(label)
         if c.ctas == bound and c.algorithm is not None and not c.channels:
             sizes = timings.sizes[collective]
-            scores[c] = sum(gain(c, s) > (gain(Candidate(bound), s) if bound else 1.0)
-                            for s in sizes)  # fmt: skip
+            scores[c] = sum(gain(c, s) > gain(Candidate(bound), s) for s in sizes)
     return max(scores, key=lambda c: (scores[c], c.label), default=None)
 
 
@@ -298,8 +285,6 @@ def run(gpus: int, *, collectives: list[str], budget: float, min_bytes: int, max
         bounds: list[int], rounds: int = 5) -> Measurement:  # fmt: skip
     """Times the candidates on this node's `gpus` GPUs, one rank each, under
     torchrun. MeasurementFailed (with torchrun's status) when the ranks fail."""
-    from pyinit.bench.collectives import MULTICAST_OFF
-
     env = {**MULTICAST_OFF, **os.environ, "NCCL_TUNER_PLUGIN": str(plugin_path())}
     env.pop(TABLE_ENV, None)  # the measurement forces; no table may interfere
     with tempfile.TemporaryDirectory(prefix="pyinit-tune-") as folder:

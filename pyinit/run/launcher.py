@@ -347,8 +347,11 @@ def run(
         env.update(config.env)
         log.write("nccl", files=sorted(config.files), env=config.env)
         if tuning is not None:
+            from pyinit.nccl.tuning import TABLE_NAME
+
             # The copy beside this run's NCCL files: the cache may change under a long run.
-            _use_tuner_plugin(tuning, cached, folder / "nccl" / "nccl-tuning.json", env, log)
+            table = Path(config.out_dir) / TABLE_NAME
+            _use_tuner_plugin(tuning, cached, table, env, log)
     if gpus:
         log.phase("nccl files", configured, boottime())
     status_dir = folder / "status"

@@ -9,17 +9,15 @@
 #include <dlfcn.h>
 
 #include <atomic>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <fstream>
 #include <new>
 #include <optional>
-#include <sstream>
 #include <string>
 
 #include "common/error.hpp"
+#include "common/sysfs.hpp"
 #include "nccl/tuner/nccl_tuner_abi.h"
 #include "nccl/tuner/tuning_table.hpp"
 
@@ -27,6 +25,7 @@ namespace pod_init {
 namespace {
 
 constexpr const char* kTableEnv = "POD_INIT_NCCL_TUNING";
+constexpr size_t kMaxTableBytes = 16 << 20;
 
 struct TunerContext {
   ncclDebugLogger_t log = nullptr;
@@ -77,17 +76,16 @@ std::optional<TuningTable> usable_table(ncclDebugLogger_t log, size_t ranks, siz
              kTableEnv);
     return std::nullopt;
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  std::string text;
+  // A table is a few KiB; the bound only keeps a wrong path from reading a disk.
+  if (int rc = sysfs::read_text(path, &text, kMaxTableBytes); rc < 0) {
     log_line(log, POD_INIT_NCCL_LOG_WARN, "pod-init tuner: %s: %s; NCCL's own choices", path,
-             errno_text(errno).c_str());
+             errno_text(-rc).c_str());
     return std::nullopt;
   }
-  std::stringstream text;
-  text << in.rdbuf();
   TuningTable table;
   try {
-    table = parse_tuning_table(text.str(), path);
+    table = parse_tuning_table(text, path);
   } catch (const InputError& e) {
     log_line(log, POD_INIT_NCCL_LOG_WARN, "pod-init tuner: %s; NCCL's own choices", e.what());
     return std::nullopt;
