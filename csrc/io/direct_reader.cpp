@@ -59,7 +59,9 @@ DirectReader::DirectReader(std::vector<std::string> paths, int64_t queue_depth,
       files_.push_back(file);
       if (page_cache_) {
         ResidentMap map;
-        if ((rc = map.map(file.fd, file.size)) < 0) throw SysError(-rc, "mmap", path);
+        if ((rc = map.open(path, file.fd, file.size)) < 0) {
+          throw SysError(-rc, rc == -ESTALE ? "open (replaced while opening)" : "map", path);
+        }
         resident_.push_back(std::move(map));
       }
     }
@@ -279,6 +281,12 @@ size_t DirectReader::read_into(uint8_t* dst, size_t length, uint64_t offset, uin
 
 OwnedBlock DirectReader::read_batch(const std::vector<uint64_t>& offsets, size_t length,
                                     const std::vector<uint32_t>& files) {
+  {
+    // The windows first: a window past the end is a ValueError, never an
+    // allocation of what it claims (read_batch([0], 2**62) of an 8 KiB file).
+    std::lock_guard<std::mutex> lock(mutex_);
+    check_rows(offsets, length, files);
+  }
   if (length != 0 && offsets.size() > SIZE_MAX / length) {
     throw InputError("", 0, "offsets x length overflows");
   }
@@ -373,7 +381,9 @@ DirectReader::Stream::Stream(const DirectReader& reader, std::vector<uint64_t> o
       files_.push_back(file);
       if (reader.page_cache_) {
         ResidentMap map;
-        if (int rc = map.map(file.fd, file.size); rc < 0) throw SysError(-rc, "mmap", paths_[i]);
+        if (int rc = map.open_like(reader.resident_[i]); rc < 0) {
+          throw SysError(-rc, "map", paths_[i]);
+        }
         resident_.push_back(std::move(map));
       }
     }

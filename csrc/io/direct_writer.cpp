@@ -118,18 +118,27 @@ DirectWriter::DirectWriter(std::string path, uint64_t expected_size, int64_t que
     }
     queue_ = std::make_unique<PieceQueue>(backend_.get(), nullptr, &names_, &counters_);
   } catch (...) {
-    abort();
+    discard();
     throw;
   }
 }
 
-DirectWriter::~DirectWriter() { abort(); }
+DirectWriter::~DirectWriter() { discard(); }
 
 void DirectWriter::check_open() const {
   if (fd_ < 0) throw InputError("", 0, "write to a closed writer (" + path_ + ")");
 }
 
+void DirectWriter::check_thread(const char* call) const {
+  if (std::this_thread::get_id() != owner_) {
+    throw InputError(path_, 0,
+                     std::string(call) +
+                         " from another thread: a DirectWriter belongs to the thread that made it");
+  }
+}
+
 void DirectWriter::write(const uint8_t* data, size_t length) {
+  check_thread("write");
   check_open();
   try {
     while (length > 0) {
@@ -151,7 +160,7 @@ void DirectWriter::write(const uint8_t* data, size_t length) {
       if (current_fill_ == kChunk) submit_chunk(kChunk);
     }
   } catch (...) {
-    abort();
+    discard();
     throw;
   }
 }
@@ -181,6 +190,7 @@ void DirectWriter::submit_chunk(size_t length) {
 }
 
 uint32_t DirectWriter::commit() {
+  check_thread("commit");
   check_open();
   try {
     if (current_fill_ > 0) submit_chunk(current_fill_);
@@ -213,15 +223,20 @@ uint32_t DirectWriter::commit() {
     temp_name_.clear();
     if (fsync(folder_fd_) < 0) throw SysError(errno, "fsync the folder of", path_);
   } catch (...) {
-    abort();
+    discard();
     throw;
   }
   uint32_t crc = crc_;
-  abort();  // closes; nothing is left to discard
+  discard();  // closes; nothing is left to discard
   return crc;
 }
 
-void DirectWriter::abort() noexcept {
+void DirectWriter::abort() {
+  check_thread("abort");
+  discard();
+}
+
+void DirectWriter::discard() noexcept {
   // After the drain the kernel is done with the staging blocks; when it cannot
   // wait (a writer dropped in a thread other than its ring's), the writes in
   // flight keep their blocks and the ring rather than have them reused.

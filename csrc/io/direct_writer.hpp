@@ -12,6 +12,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "io/detail/direct_file.hpp"
@@ -35,11 +36,14 @@ class DirectWriter {
   DirectWriter(const DirectWriter&) = delete;
   DirectWriter& operator=(const DirectWriter&) = delete;
 
+  // A writer belongs to the thread that made it: its staging blocks and ring
+  // are that thread's (an io_uring ring takes one submitter), so write,
+  // commit and abort from any other thread are refused with InputError.
   void write(const uint8_t* data, size_t length);
   // Publishes the file under its path; returns the content's CRC-32C.
   uint32_t commit();
-  // Drops what was written; the target stays as it was. Never throws.
-  void abort() noexcept;
+  // Drops what was written; the target stays as it was.
+  void abort();
 
   const std::string& path() const { return path_; }
   uint64_t bytes() const { return written_; }
@@ -57,6 +61,9 @@ class DirectWriter {
  private:
   void submit_chunk(size_t length);
   void check_open() const;
+  void check_thread(const char* call) const;
+  // What abort() and the destructor do; never throws.
+  void discard() noexcept;
 
   std::string path_;
   std::string folder_;
@@ -78,6 +85,7 @@ class DirectWriter {
   size_t current_fill_ = 0;
   unsigned depth_;
   IoCounters counters_;
+  const std::thread::id owner_ = std::this_thread::get_id();
 };
 
 }  // namespace pod_init

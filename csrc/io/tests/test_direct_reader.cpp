@@ -92,6 +92,7 @@ TEST_P(ReaderTest, BatchRowsAlignedAndNot) {
     }
   }
   EXPECT_THROW(reader.read_batch({data_.size() - 10}, 11), InputError);
+  EXPECT_THROW(reader.read_batch({0}, uint64_t{1} << 62), InputError);  // not ENOMEM
 }
 
 TEST_P(ReaderTest, OneBatchAcrossFiles) {
@@ -142,6 +143,29 @@ TEST_P(ReaderTest, ResidentRowsComeFromThePageCache) {
     ASSERT_EQ(0, std::memcmp(rows.data() + i * length, data_.data() + offsets[i], length));
   EXPECT_EQ(reader.stats().page_cache_reads, 0u);
   EXPECT_GT(reader.stats().ios, 0u);
+}
+
+// The resident rows were once copied from the mapping: a file cut short
+// after the reader opened it killed the process with SIGBUS.
+TEST_P(ReaderTest, AShrunkFileIsENODATAFromTheCacheToo) {
+  int fd = open(path_.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  std::vector<uint8_t> warm(data_.size());
+  ASSERT_EQ(pread(fd, warm.data(), warm.size(), 0), static_cast<ssize_t>(warm.size()));
+  DirectReader reader(std::vector<std::string>{path_}, 4, GetParam(), true);
+  ASSERT_EQ(ftruncate(fd, 4096), 0);
+  ASSERT_EQ(ftruncate(fd, static_cast<off_t>(data_.size())), 0);  // grown back: a hole
+  ASSERT_EQ(ftruncate(fd, 4096), 0);
+  try {
+    reader.read_batch({0, 8192}, 4096);
+    FAIL() << "no error for a file that shrank";
+  } catch (const SysError& e) {
+    EXPECT_EQ(e.err(), ENODATA) << e.what();
+  }
+  // The part still there comes back, from the cache or the device.
+  OwnedBlock rows = reader.read_batch({0}, 4096);
+  EXPECT_EQ(0, std::memcmp(rows.data(), data_.data(), 4096));
+  close(fd);
 }
 
 TEST_P(ReaderTest, ForkedChildBuildsItsOwnRing) {
