@@ -1,8 +1,55 @@
 #include "common/line_input.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 
+#include "common/error.hpp"
+
 namespace pod_init {
+
+int read_input_file(const std::string& path, std::string* out, size_t limit) {
+  // O_NONBLOCK: opening a FIFO without a writer must not wait for one.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return -errno;
+  struct stat st {};
+  int result = 0;
+  if (fstat(fd, &st) != 0) {
+    result = -errno;
+  } else if (!S_ISREG(st.st_mode)) {
+    result = -EINVAL;
+  } else if (static_cast<uint64_t>(st.st_size) > limit) {
+    result = -EFBIG;
+  }
+  std::string text;
+  char buf[1 << 16];
+  while (result == 0) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) result = -errno;
+    if (n <= 0) break;
+    if (text.size() + static_cast<size_t>(n) > limit) result = -EFBIG;  // grew while read
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  if (result == 0) *out = std::move(text);
+  return result;
+}
+
+std::string load_input_file(const std::string& path, size_t limit) {
+  std::string text;
+  int rc = read_input_file(path, &text, limit);
+  if (rc == -EINVAL) {
+    throw InputError(path, 0, "not a regular file (a FIFO, pipe or device): write it to a file");
+  }
+  if (rc == -EFBIG) {
+    throw InputError(path, 0, "larger than " + std::to_string(limit >> 20) + " MiB");
+  }
+  if (rc < 0) throw SysError(-rc, "read", path);
+  return text;
+}
 
 int fail_line(LineError* error, int line, std::string message) {
   *error = {line, std::move(message)};

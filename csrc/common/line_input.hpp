@@ -2,12 +2,26 @@
 // and errors that name the line, shared so every file reads the same way.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace pod_init {
+
+// The most a configuration file (a hostfile, hints, a tuning table) may hold.
+inline constexpr size_t kMaxInputFile = 16 << 20;
+
+// A whole configuration file, read to its end. Only regular files: a FIFO
+// would block the open and a pipe may deliver in parts, so both are refused
+// (-EINVAL) without waiting, as devices are; -EFBIG past `limit` bytes.
+// Returns 0 or -errno.
+int read_input_file(const std::string& path, std::string* out, size_t limit = kMaxInputFile);
+
+// The same for the API layer: InputError naming the file for a FIFO, pipe,
+// device or a file too large; SysError (errno, "read", path) otherwise.
+std::string load_input_file(const std::string& path, size_t limit = kMaxInputFile);
 
 struct LineError {
   int line = 0;  // 1-based; 0: not tied to a line

@@ -49,46 +49,130 @@ std::vector<std::string_view> split_top_level(std::string_view list) {
   return items;
 }
 
-// Expands "a[1-3,7]b[..]" recursively, bracket group by bracket group.
+// What a message quotes of a name: enough to find it, never a 60 KB line.
+std::string quoted(std::string_view item) {
+  return "'" + std::string(item.substr(0, 64)) + (item.size() > 64 ? "...'" : "'");
+}
+
+// One bracket group's numbers: low..high, each padded to `width` digits.
+struct Range {
+  int64_t low = 0;
+  int64_t high = 0;
+  size_t width = 0;
+};
+
+// "a[1-3,7]b[8-9]": the text before each group, the group's ranges, and the text after the last.
+struct NamePattern {
+  std::vector<std::string_view> literals;  // one more than groups
+  std::vector<std::vector<Range>> groups;
+};
+
+int parse_pattern(std::string_view item, NamePattern* pattern, LineError* error) {
+  size_t at = 0;
+  uint64_t count = 1;  // names the pattern expands to
+  size_t longest = 0;  // the longest of them, in characters
+  for (;;) {
+    size_t open = item.find('[', at);
+    if (open == std::string_view::npos) break;
+    size_t close = item.find(']', open);
+    if (close == std::string_view::npos)
+      return fail_line(error, 0, "unclosed '[' in " + quoted(item));
+    pattern->literals.push_back(item.substr(at, open - at));
+    longest += open - at;
+    std::string_view ranges = item.substr(open + 1, close - open - 1);
+    if (ranges.empty()) return fail_line(error, 0, "empty range in " + quoted(item));
+    std::vector<Range> group;
+    uint64_t in_group = 0;
+    size_t widest = 0;
+    for (std::string_view range : split_top_level(ranges)) {
+      size_t dash = range.find('-');
+      std::string_view low_text = range.substr(0, dash);
+      std::string_view high_text =
+          dash == std::string_view::npos ? low_text : range.substr(dash + 1);
+      auto low = sysfs::parse_int(low_text);
+      auto high = sysfs::parse_int(high_text);
+      if (!low || !high || *low < 0 || *high < *low || *high - *low > 100000) {
+        return fail_line(error, 0, "bad range " + quoted(range) + " in " + quoted(item));
+      }
+      // Zero padding follows the written lower bound: node[01-10] -> node01 ... node10.
+      Range r{*low, *high, low_text.size()};
+      group.push_back(r);
+      in_group += static_cast<uint64_t>(*high - *low + 1);
+      widest = std::max({widest, r.width, std::to_string(*high).size()});
+    }
+    // Bounded before anything is expanded: the product of the groups, and each name's length.
+    count *= in_group;
+    longest += widest;
+    if (count > kMaxHosts) {
+      return fail_line(
+          error, 0, quoted(item) + " expands to more than " + std::to_string(kMaxHosts) + " names");
+    }
+    if (longest > kMaxNameLength) {
+      return fail_line(error, 0,
+                       quoted(item) + " expands to names longer than " +
+                           std::to_string(kMaxNameLength) + " characters");
+    }
+    pattern->groups.push_back(std::move(group));
+    at = close + 1;
+  }
+  pattern->literals.push_back(item.substr(at));
+  if (longest + item.size() - at > kMaxNameLength) {
+    return fail_line(error, 0,
+                     "node name " + quoted(item) + " is longer than " +
+                         std::to_string(kMaxNameLength) + " characters");
+  }
+  return 0;
+}
+
+std::string digits_of(int64_t n, size_t width) {
+  std::string digits = std::to_string(n);
+  if (digits.size() < width) digits.insert(0, width - digits.size(), '0');
+  return digits;
+}
+
+// Expands "a[1-3,7]b[..]" as the product of its bracket groups, the last
+// group turning fastest (as SLURM lists them); no recursion, so the nesting
+// of a hostile list costs nothing but its length.
 int expand_item(std::string_view item, std::vector<std::string>* names, LineError* error) {
-  size_t open = item.find('[');
-  if (open == std::string_view::npos) {
-    if (item.find(']') != std::string_view::npos || !valid_name(item)) {
-      return fail_line(error, 0, "bad node name '" + std::string(item) + "'");
+  NamePattern pattern;
+  if (int rc = parse_pattern(item, &pattern, error); rc < 0) return rc;
+  const size_t groups = pattern.groups.size();
+  // Per group: which range, and which number in it.
+  std::vector<size_t> range(groups, 0);
+  std::vector<int64_t> number(groups);
+  for (size_t g = 0; g < groups; ++g) number[g] = pattern.groups[g][0].low;
+  for (;;) {
+    std::string name(pattern.literals[0]);
+    for (size_t g = 0; g < groups; ++g) {
+      name += digits_of(number[g], pattern.groups[g][range[g]].width);
+      name += pattern.literals[g + 1];
+    }
+    if (name.find(']') != std::string::npos || !valid_name(name)) {
+      return fail_line(error, 0, "bad node name " + quoted(name));
     }
     if (names->size() >= kMaxHosts) {
       return fail_line(error, 0, "expands to more than " + std::to_string(kMaxHosts) + " names");
     }
-    names->emplace_back(item);
-    return 0;
-  }
-  size_t close = item.find(']', open);
-  if (close == std::string_view::npos) {
-    return fail_line(error, 0, "unclosed '[' in '" + std::string(item) + "'");
-  }
-  std::string prefix(item.substr(0, open));
-  std::string_view ranges = item.substr(open + 1, close - open - 1);
-  std::string_view rest = item.substr(close + 1);
-  if (ranges.empty()) return fail_line(error, 0, "empty range in '" + std::string(item) + "'");
-  for (std::string_view range : split_top_level(ranges)) {
-    size_t dash = range.find('-');
-    std::string_view low_text = range.substr(0, dash);
-    std::string_view high_text = dash == std::string_view::npos ? low_text : range.substr(dash + 1);
-    auto low = sysfs::parse_int(low_text);
-    auto high = sysfs::parse_int(high_text);
-    if (!low || !high || *low < 0 || *high < *low || *high - *low > 100000) {
-      return fail_line(error, 0,
-                       "bad range '" + std::string(range) + "' in '" + std::string(item) + "'");
+    names->push_back(std::move(name));
+    // The next combination: advance the last group, carrying leftwards.
+    size_t g = groups;
+    while (g > 0) {
+      --g;
+      const std::vector<Range>& ranges = pattern.groups[g];
+      if (number[g] < ranges[range[g]].high) {
+        ++number[g];
+        break;
+      }
+      if (range[g] + 1 < ranges.size()) {
+        number[g] = ranges[++range[g]].low;
+        break;
+      }
+      range[g] = 0;
+      number[g] = ranges[0].low;
+      if (g == 0) return 0;
     }
-    for (int64_t n = *low; n <= *high; ++n) {
-      std::string digits = std::to_string(n);
-      // Zero padding follows the written lower bound: node[01-10] -> node01 ... node10.
-      if (digits.size() < low_text.size()) digits.insert(0, low_text.size() - digits.size(), '0');
-      int rc = expand_item(prefix + digits + std::string(rest), names, error);
-      if (rc < 0) return rc;
-    }
+    if (groups == 0) return 0;
   }
-  return 0;
 }
 
 }  // namespace
@@ -116,12 +200,12 @@ int parse_hostfile(std::string_view text, bool allow_names, std::vector<HostEntr
     for (size_t i = 1; i < fields.size(); ++i) {
       const std::string& extra = fields[i];
       if (extra.rfind("slots=", 0) != 0) {
-        return fail_line(error, line_no, "unexpected '" + extra + "' (expected slots=N)");
+        return fail_line(error, line_no, "unexpected " + quoted(extra) + " (expected slots=N)");
       }
       auto value = sysfs::parse_int(extra.substr(6));
       if (!value || *value < 1 || *value > 4096) {
         return fail_line(error, line_no,
-                         "slots must be a whole number from 1 to 4096: '" + extra + "'");
+                         "slots must be a whole number from 1 to 4096: " + quoted(extra));
       }
       slots = static_cast<int>(*value);
     }
@@ -134,7 +218,8 @@ int parse_hostfile(std::string_view text, bool allow_names, std::vector<HostEntr
       HostEntry entry{canonical_address(host), slots, line_no};
       if (entry.address.empty()) {
         if (!allow_names) {
-          return fail_line(error, line_no, "'" + host + "' is not an IP address (DNS is not used)");
+          return fail_line(error, line_no,
+                           quoted(host) + " is not an IP address (DNS is not used)");
         }
         entry.address = host;
       }
@@ -202,11 +287,7 @@ std::string hosts_lines(const std::vector<HostEntry>& hosts) {
 NodeList load_node_list(const std::string& path, const std::string& text, int node) {
   NodeList nodes;
   nodes.source = path;
-  std::string content = text;
-  if (content.empty()) {
-    int rc = sysfs::read_text(path, &content, 16 << 20);
-    if (rc < 0) throw SysError(-rc, "read", path);
-  }
+  std::string content = text.empty() ? load_input_file(path) : text;
   LineError error;
   if (parse_hostfile(content, false, &nodes.hosts, &error) < 0) {
     throw InputError(path, error.line, error.message);

@@ -14,6 +14,8 @@ namespace pod_init {
 // NCCL job spans, and a bound on what a compressed list like 10.[0-255].[0-255].[0-255]
 // may expand to.
 inline constexpr size_t kMaxHosts = 65536;
+// The longest host name (DNS allows 253 characters; an IPv6 literal needs 45).
+inline constexpr size_t kMaxNameLength = 255;
 
 struct HostEntry {
   std::string address;  // canonical text form of the IP address, or a name when names are allowed

@@ -10,6 +10,7 @@
 
 #include "common/atomic_file.hpp"
 #include "common/error.hpp"
+#include "common/line_input.hpp"
 #include "common/sysfs.hpp"
 #include "nccl/detail/topo_hints.hpp"
 #include "nccl/netif.hpp"
@@ -112,15 +113,53 @@ void build_graph(const NcclRequest& request, NcclConfig* config) {
   }
 }
 
+bool valid_env_name(const std::string& key) {
+  auto letter = [](char c) { return c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); };
+  return !key.empty() && letter(key[0]) && std::all_of(key.begin(), key.end(), [&](char c) {
+    return letter(c) || (c >= '0' && c <= '9');
+  });
+}
+
+// nccl.env is sourced by shells and read a line at a time by NCCL: a newline
+// or NUL in a value (from the environment or a tuning table) would add a line
+// of its own, so such a setting is refused rather than written.
+void check_env_setting(const std::string& key, const std::string& value, const char* from) {
+  if (!valid_env_name(key)) {
+    throw InputError("", 0, std::string(from) + ": '" + key + "' is not a variable name");
+  }
+  if (value.find_first_of(std::string("\n\r\0", 3)) != std::string::npos) {
+    throw InputError("", 0,
+                     std::string(from) + ": " + key +
+                         " holds a newline or NUL byte; refused (it would add a line to nccl.env)");
+  }
+}
+
 void propose(const NcclRequest& request, NcclConfig* config, const std::string& key,
-             const std::string& value, const std::string& reason) {
+             const std::string& value, const std::string& reason,
+             const char* from = "pod-init's choice") {
+  check_env_setting(key, value, from);
   EnvSetting setting{key, value, value, reason, false};
   auto set = request.environment.find(key);
   if (set != request.environment.end()) {
+    check_env_setting(key, set->second, "the environment");
     setting.value = set->second;
     setting.from_environment = true;
   }
   config->env.push_back(setting);
+}
+
+// A value as the shell reads it back with `. FILE`: bare when every character
+// is one the shell takes literally (what NCCL's own conf reader needs, as it
+// does not unquote), else in single quotes.
+std::string shell_word(const std::string& value) {
+  bool plain = !value.empty() && std::all_of(value.begin(), value.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           std::string_view("_-./:,=+@%^").find(c) != std::string_view::npos;
+  });
+  if (plain) return value;
+  std::string quoted = "'";
+  for (char c : value) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
 }
 
 void choose_socket_interface(const NcclRequest& request, NcclConfig* config) {
@@ -168,12 +207,13 @@ void choose_socket_interface(const NcclRequest& request, NcclConfig* config) {
 
 std::string env_file(const NcclConfig& config) {
   std::string out = "# NCCL configuration from pod-init " POD_INIT_VERSION
-                    "; usable as /etc/nccl.conf or with `set -a; . FILE`.\n";
+                    "; usable as /etc/nccl.conf or with `set -a; . FILE`\n"
+                    "# (a value quoted for the shell is for `. FILE` alone: NCCL keeps quotes).\n";
   for (const EnvSetting& setting : config.env) {
     if (setting.from_environment && setting.value != setting.proposed) {
       out += "# " + setting.key + " kept from the environment, not pod-init's choice\n";
     }
-    out += setting.key + "=" + setting.value + "\n";
+    out += setting.key + "=" + shell_word(setting.value) + "\n";
   }
   return out;
 }
@@ -181,9 +221,7 @@ std::string env_file(const NcclConfig& config) {
 }  // namespace
 
 TopoHints read_topo_hints(const std::string& path) {
-  std::string text;
-  int rc = sysfs::read_text(path, &text);
-  if (rc < 0) throw SysError(-rc, "read", path);
+  std::string text = load_input_file(path);
   TopoHints hints;
   LineError error;
   if (parse_topo_hints(text, &hints, &error) < 0) throw InputError(path, error.line, error.message);
@@ -251,7 +289,8 @@ NcclConfig build_nccl_config(const NcclRequest& request) {
   }
   choose_socket_interface(request, &config);
   for (const auto& [key, value] : request.tuned_env) {
-    propose(request, &config, key, value, "measured on this kind of node (pyinit nccl --tune)");
+    propose(request, &config, key, value, "measured on this kind of node (pyinit nccl --tune)",
+            "the tuning table");
   }
   std::vector<std::string> hcas;
   for (const PciDevice& dev : config.topo.devices) {

@@ -85,6 +85,23 @@ TEST(Nodelist, RejectsMalformedLists) {
   EXPECT_EQ(expand_nodelist("a b", &names, &error), -EINVAL);
 }
 
+// A hostile list once recursed per bracket group (a crash at 20,000 groups)
+// and copied the name at each level (quadratic memory).
+TEST(Nodelist, ManyBracketGroupsAreBoundedNotRecursed) {
+  std::vector<std::string> names;
+  LineError error;
+  ASSERT_EQ(expand_nodelist("n[1][2][3]-[08-09]", &names, &error), 0) << error.message;
+  EXPECT_EQ(names, (std::vector<std::string>{"n123-08", "n123-09"}));
+  std::string deep = "10.0.0.1";
+  for (int i = 0; i < 20000; ++i) deep += "[1]";
+  EXPECT_EQ(expand_nodelist(deep, &names, &error), -EINVAL);
+  EXPECT_NE(error.message.find("longer than 255 characters"), std::string::npos) << error.message;
+  EXPECT_LT(error.message.size(), 200u);  // the message quotes the start, not 60 KB
+  EXPECT_EQ(expand_nodelist("a[0-9][0-9][0-9][0-9][0-9]", &names, &error), -EINVAL);
+  EXPECT_NE(error.message.find("more than 65536 names"), std::string::npos) << error.message;
+  EXPECT_EQ(expand_nodelist(std::string(300, 'a'), &names, &error), -EINVAL);
+}
+
 TEST(Rank, FoundExactlyOnce) {
   std::vector<HostEntry> hosts;
   LineError error;

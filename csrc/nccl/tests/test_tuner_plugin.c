@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "nccl/tuner/nccl_tuner_abi.h"
@@ -180,6 +181,47 @@ int main(int argc, char** argv) {
   ctx = start(tuner, overlap, 2, 1);
   CHECK(strstr(last_log, "allreduce ranges overlap at 10 bytes") != NULL);
   CHECK(tuner->finalize(ctx) == ncclSuccess);
+  /* ranks read as 64-bit and bounded: 4294967298 once wrapped to 2 and was used. */
+  const char* wrapped = write_table(
+      "wrapped.json",
+      "{\"format\": 1, \"key\": {\"nccl_version\": \"2.28.9\"}, \"ranks\": 4294967298,\n"
+      " \"nodes\": 1, \"rules\": [{\"collective\": \"allreduce\", \"min_bytes\": 0,\n"
+      "             \"max_bytes\": 10, \"channels\": 4}]}\n");
+  ctx = start(tuner, wrapped, 2, 1);
+  CHECK(last_level == POD_INIT_NCCL_LOG_WARN && strstr(last_log, "ranks must be from 1") != NULL);
+  CHECK(ask(tuner, ctx, ncclFuncAllReduce, 8, &channels) == -1 && channels == 0);
+  CHECK(tuner->finalize(ctx) == ncclSuccess);
+  /* A large table answers by search, not scan: every rule of 100,000 is found. */
+  {
+    static char big[100000 * 96 + 256];
+    size_t at = (size_t)snprintf(big, sizeof big,
+                                 "{\"format\": 1, \"key\": {\"nccl_version\": \"2.28.9\"}, "
+                                 "\"ranks\": 2, \"nodes\": 1, \"rules\": [");
+    for (int i = 0; i < 100000; ++i) {
+      at += (size_t)snprintf(big + at, sizeof big - at,
+                             "%s{\"collective\": \"allgather\", \"min_bytes\": %d, "
+                             "\"max_bytes\": %d, \"channels\": %d}",
+                             i ? "," : "", i * 10, i * 10 + 4, 1 + i % 64);
+    }
+    snprintf(big + at, sizeof big - at, "]}\n");
+    ctx = start(tuner, write_table("big.json", big), 2, 1);
+    CHECK(strstr(last_log, "100000 rules") != NULL);
+    for (int i = 0; i < 100000; i += 997) {
+      CHECK(ask(tuner, ctx, ncclFuncAllGather, (size_t)i * 10 + 4, &channels) == -1 &&
+            channels == 1 + i % 64);
+      CHECK(ask(tuner, ctx, ncclFuncAllGather, (size_t)i * 10 + 5, &channels) == -1 &&
+            channels == 0);
+    }
+    CHECK(tuner->finalize(ctx) == ncclSuccess);
+  }
+  /* A FIFO is refused at once (it once blocked NCCL's init until a writer came). */
+  char fifo[300];
+  snprintf(fifo, sizeof fifo, "%s/fifo.json", dir);
+  CHECK(mkfifo(fifo, 0600) == 0);
+  ctx = start(tuner, fifo, 2, 1);
+  CHECK(last_level == POD_INIT_NCCL_LOG_WARN && strstr(last_log, "not a regular file") != NULL);
+  CHECK(tuner->finalize(ctx) == ncclSuccess);
+  unlink(fifo);
   char missing[300];
   snprintf(missing, sizeof missing, "%s/missing.json", dir);
   ctx = start(tuner, missing, 2, 1);

@@ -17,7 +17,7 @@
 #include <string>
 
 #include "common/error.hpp"
-#include "common/sysfs.hpp"
+#include "common/line_input.hpp"
 #include "nccl/tuner/nccl_tuner_abi.h"
 #include "nccl/tuner/tuning_table.hpp"
 
@@ -78,9 +78,9 @@ std::optional<TuningTable> usable_table(ncclDebugLogger_t log, size_t ranks, siz
   }
   std::string text;
   // A table is a few KiB; the bound only keeps a wrong path from reading a disk.
-  if (int rc = sysfs::read_text(path, &text, kMaxTableBytes); rc < 0) {
+  if (int rc = read_input_file(path, &text, kMaxTableBytes); rc < 0) {
     log_line(log, POD_INIT_NCCL_LOG_WARN, "pod-init tuner: %s: %s; NCCL's own choices", path,
-             errno_text(-rc).c_str());
+             rc == -EINVAL ? "not a regular file" : errno_text(-rc).c_str());
     return std::nullopt;
   }
   TuningTable table;

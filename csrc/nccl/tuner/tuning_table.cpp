@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <utility>
 
 #include "common/error.hpp"
 #include "common/json_reader.hpp"
@@ -18,6 +19,8 @@ constexpr std::array<std::string_view, 7> kAlgorithms = {
 constexpr std::array<std::string_view, 3> kProtocols = {"ll", "ll128", "simple"};
 constexpr int kTableFormat = 1;
 constexpr int64_t kMaxChannels = 64;  // NCCL's MAXCHANNELS
+// Far past any communicator; the bound keeps a hostile number from wrapping to a real one.
+constexpr int64_t kMaxRanks = int64_t{1} << 24;
 
 template <size_t N>
 int index_of(const std::array<std::string_view, N>& names, const JsonValue& value, const char* what,
@@ -49,11 +52,17 @@ TuningTable parse_tuning_table(std::string_view text, const std::string& source)
   TuningTable table;
   const JsonValue& key = doc["key"];
   table.nccl_version = key["nccl_version"].string();
-  table.ranks = static_cast<int>(doc["ranks"].integer());
-  table.nodes = static_cast<int>(doc["nodes"].integer());
-  if (table.ranks < 1 || table.nodes < 1) {
-    throw InputError(source, 0, "ranks and nodes must be at least 1");
+  // Checked as read, before the narrowing: 4294967298 ranks must not become 2.
+  const int64_t ranks = doc["ranks"].integer();
+  const int64_t nodes = doc["nodes"].integer();
+  if (ranks < 1 || ranks > kMaxRanks || nodes < 1 || nodes > ranks) {
+    throw InputError(source, 0,
+                     "ranks must be from 1 to " + std::to_string(kMaxRanks) +
+                         " and nodes from 1 to ranks, not " + std::to_string(ranks) + " and " +
+                         std::to_string(nodes));
   }
+  table.ranks = static_cast<int>(ranks);
+  table.nodes = static_cast<int>(nodes);
   for (const JsonValue& raw : doc["rules"].array()) {
     TunerRule rule;
     rule.collective = index_of(kCollectives, raw["collective"], "collective", source);
@@ -95,12 +104,18 @@ TuningTable parse_tuning_table(std::string_view text, const std::string& source)
 }
 
 const TunerRule* find_tuner_rule(const TuningTable& table, int collective, uint64_t bytes) {
-  for (const TunerRule& rule : table.rules) {
-    if (rule.collective == collective && rule.min_bytes <= bytes && bytes <= rule.max_bytes) {
-      return &rule;
-    }
-  }
-  return nullptr;
+  // The rules are sorted by (collective, min_bytes) and never overlap: the
+  // candidate is the last one starting at or below the call, found in
+  // O(log n), so a call costs the same for a table of any size.
+  auto after =
+      std::upper_bound(table.rules.begin(), table.rules.end(), std::make_pair(collective, bytes),
+                       [](const std::pair<int, uint64_t>& call, const TunerRule& rule) {
+                         return call.first != rule.collective ? call.first < rule.collective
+                                                              : call.second < rule.min_bytes;
+                       });
+  if (after == table.rules.begin()) return nullptr;
+  const TunerRule& rule = *(after - 1);
+  return rule.collective == collective && bytes <= rule.max_bytes ? &rule : nullptr;
 }
 
 std::string nccl_version_text(int code) {
