@@ -258,9 +258,9 @@ def die_with_parent(signal: typing.SupportsInt | typing.SupportsIndex, parent: t
     """
     This process gets `signal` when its parent dies (at once if `parent` is gone already).
     """
-def end_children() -> int:
+def end_children(grace_s: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> int:
     """
-    KILLs and reaps every process still a child of this one; returns how many.
+    Ends every process still a child of this one, orphans that re-parent here included: TERM, grace_s for them to end, then KILL; returns how many were signalled.
     """
 def expand_nodelist(nodelist: str) -> list[str]:
     """

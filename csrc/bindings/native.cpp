@@ -10,6 +10,7 @@
 
 #include "common/crc32c.hpp"
 #include "common/error.hpp"
+#include "common/text.hpp"
 #include "init/boot_state.hpp"
 #include "init/supervisor.hpp"
 #include "io/direct_reader.hpp"
@@ -187,7 +188,11 @@ PYBIND11_MODULE(_native, m) {
       PyErr_SetObject(PyExc_OSError, error.ptr());
     } catch (const pod_init::InputError& e) {
       py::object type = py::module_::import("pyinit.errors").attr("InputError");
-      py::object error = type(e.message(), py::arg("file") = e.file(), py::arg("line") = e.line());
+      // The message quotes what a user wrote: control bytes and bytes that are
+      // not UTF-8 come as \xNN, as pod-init prints them.
+      py::object error = type(pod_init::printable(e.message()),
+                              py::arg("file") = pod_init::printable(e.file()),
+                              py::arg("line") = e.line());
       PyErr_SetObject(type.ptr(), error.ptr());
     }
   });
@@ -438,8 +443,18 @@ PYBIND11_MODULE(_native, m) {
         "This boot's id (/proc/sys/kernel/random/boot_id), as PID 1 records it; '' when the "
         "kernel does not say.");
 
-  m.def("end_children", &pod_init::end_children,
-        "KILLs and reaps every process still a child of this one; returns how many.");
+  m.def(
+      "end_children",
+      [](double grace_s) {
+        if (!(grace_s >= 0 && grace_s <= 3600)) {
+          throw py::value_error("grace_s must be from 0 to 3600");
+        }
+        py::gil_scoped_release release;
+        return pod_init::end_children(static_cast<unsigned>(grace_s * 1000));
+      },
+      py::arg("grace_s") = 0.0,
+      "Ends every process still a child of this one, orphans that re-parent here included: "
+      "TERM, grace_s for them to end, then KILL; returns how many were signalled.");
 
   using Stream = pod_init::DirectReader::Stream;
   py::class_<Stream>(m, "ReadStream")

@@ -118,8 +118,9 @@ void apply_init_params(const std::vector<std::string>& words, const std::string&
 void apply_init_file(std::string_view text, const std::string& path, InitConfig* config,
                      std::vector<std::string>* errors) {
   for_each_line(text, [&](int number, std::string_view line) {
-    line = line.substr(0, line.find('#'));
     while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+    // A comment is a whole line: a value keeps its '#' (podinit.cmd=/bin/train --tag=#3).
+    if (!line.empty() && line.front() == '#') return 0;
     while (!line.empty() && (line.back() == ' ' || line.back() == '\t' || line.back() == '\r')) {
       line.remove_suffix(1);
     }

@@ -187,7 +187,7 @@ void switch_root(const std::string& spec) {
 InitConfig read_config(std::vector<std::string>* errors) {
   InitConfig config;
   std::string text;
-  if (sysfs::read_text(kConfigFile, &text, 1 << 20) == 0) {
+  if (read_input_file(kConfigFile, &text, 1 << 20) == 0) {
     apply_init_file(text, kConfigFile, &config, errors);
   }
   if (int rc = sysfs::read_text("/proc/cmdline", &text, 1 << 20); rc < 0) {

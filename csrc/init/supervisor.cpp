@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,12 @@ namespace pod_init {
 namespace {
 
 constexpr int kForwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGQUIT, SIGWINCH};
+// How long end_children() waits, after KILL, for processes stuck in the kernel.
+constexpr unsigned kKillWaitMs = 5000;
+
+// The signal the kernel sends when the starter dies (end_with_parent): one of
+// the real-time signals nobody forwards, so it cannot be mistaken for a user's.
+int parent_died_signal() { return SIGRTMIN + 3; }
 
 int exit_code(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -103,7 +110,13 @@ int supervise(const SupervisorOptions& options) {
     return 127;
   }
   sigset_t set = supervised_signals(), parent_mask;
+  if (options.end_with_parent) sigaddset(&set, parent_died_signal());
   if (sigprocmask(SIG_BLOCK, &set, &parent_mask) != 0) throw SysError(errno, "sigprocmask");
+  if (options.end_with_parent && prctl(PR_SET_PDEATHSIG, parent_died_signal(), 0, 0, 0) != 0) {
+    int err = errno;
+    sigprocmask(SIG_SETMASK, &parent_mask, nullptr);
+    throw SysError(err, "prctl(PR_SET_PDEATHSIG)");
+  }
   auto fail = [&](const char* what) {
     int err = errno;
     sigprocmask(SIG_SETMASK, &parent_mask, nullptr);
@@ -148,6 +161,13 @@ int supervise(const SupervisorOptions& options) {
     int sig = sigtimedwait(&set, &info, &timeout);
     if (sig < 0 && errno != EAGAIN && errno != EINTR) {
       log(std::string("sigtimedwait: ") + errno_text(errno));  // the loop still reaps below
+    }
+    if (options.end_with_parent && sig == parent_died_signal()) {
+      log("the process that started pod-init died: KILLing the command and what it left");
+      kill(target, SIGKILL);
+      end_children(0);
+      sigprocmask(SIG_SETMASK, &parent_mask, nullptr);
+      return 128 + SIGKILL;
     }
     if (sig > 0 && sig != SIGCHLD) {
       // ESRCH: it ended and is reaped below; anything else is worth a line.
@@ -222,30 +242,65 @@ int end_all_processes(unsigned grace_ms, const InitLog& log) {
   return killed;
 }
 
-int end_children() {
+namespace {
+
+// Signals every child of this process (by ppid: not its process group, which
+// a setsid daemon leaves) that is not in `skip`, adding it there.
+void signal_children(int sig, std::set<pid_t>* skip) {
   DIR* proc = opendir("/proc");
-  if (proc == nullptr) return 0;
+  if (proc == nullptr) return;
   const pid_t self = getpid();
-  int killed = 0;
   while (dirent* entry = readdir(proc)) {
     char* end = nullptr;
     long pid = std::strtol(entry->d_name, &end, 10);
     if (pid <= 0 || *end != '\0') continue;
     std::string stat;
     if (sysfs::read_text("/proc/" + std::string(entry->d_name) + "/stat", &stat) < 0) continue;
-    // "PID (COMM) STATE PPID ...": COMM may hold spaces and parentheses, so parse after the last
-    // ')'.
+    // "PID (COMM) STATE PPID ...": COMM may hold spaces and parentheses, so parse after the
+    // last ')'.
     size_t close = stat.rfind(')');
     if (close == std::string::npos) continue;
     char state = 0;
     long ppid = 0;
     if (std::sscanf(stat.c_str() + close + 1, " %c %ld", &state, &ppid) != 2) continue;
-    if (ppid == self && kill(static_cast<pid_t>(pid), SIGKILL) == 0) ++killed;
+    if (ppid != self || state == 'Z' || !skip->insert(static_cast<pid_t>(pid)).second) continue;
+    kill(static_cast<pid_t>(pid), sig);
   }
   closedir(proc);
-  while (waitpid(-1, nullptr, 0) > 0) {
+}
+
+// Reaps what ended; true when no child is left.
+bool reap_ended() {
+  for (;;) {
+    pid_t pid = waitpid(-1, nullptr, WNOHANG);
+    if (pid > 0) continue;
+    if (pid < 0 && errno == EINTR) continue;
+    return pid < 0 && errno == ECHILD;
   }
-  return killed;
+}
+
+}  // namespace
+
+int end_children(unsigned grace_ms) {
+  if (reap_ended()) return 0;
+  // Each round signals the children there are now: as one ends, its own
+  // children re-parent here (a subreaper) and are signalled the next round.
+  std::set<pid_t> signalled;
+  const uint64_t kill_at = monotonic_ms() + grace_ms;
+  while (monotonic_ms() < kill_at) {
+    signal_children(SIGTERM, &signalled);
+    usleep(10000);
+    if (reap_ended()) return static_cast<int>(signalled.size());
+  }
+  const uint64_t give_up = monotonic_ms() + kKillWaitMs;
+  while (monotonic_ms() < give_up) {
+    std::set<pid_t> killed;  // every round: whatever is still a child gets KILL (again)
+    signal_children(SIGKILL, &killed);
+    signalled.insert(killed.begin(), killed.end());
+    if (reap_ended()) break;
+    usleep(5000);
+  }
+  return static_cast<int>(signalled.size());
 }
 
 }  // namespace pod_init

@@ -35,6 +35,11 @@ struct SupervisorOptions {
   bool process_group = false;
   // tini's -v: a line for every signal forwarded and every process reaped.
   bool verbose = false;
+  // When the process that started this one dies, even by KILL: the command
+  // and every process it left are KILLed at once and supervise() returns 137.
+  // As a subreaper the supervisor then holds every orphan of the command, so
+  // nothing outlives its starter (pyinit run runs its workload under it).
+  bool end_with_parent = false;
 };
 
 // The command's exit code: its status, 128 + the signal that killed it, 127
@@ -53,9 +58,12 @@ int become_subreaper();
 // before the request, the signal is raised now. Returns 0 or -errno.
 int die_with_parent(int signal, pid_t parent);
 
-// KILLs every process that is still a child of this one (orphans that
-// re-parented to a subreaper included) and reaps them; returns how many.
-int end_children();
+// Ends every process that is still a child of this one, orphans that
+// re-parent here as their parents end included (a subreaper's descendants):
+// TERM, up to `grace_ms` for them to end, then KILL, everything reaped. A
+// process that not even KILL ends (stuck in the kernel) is waited for at most
+// a few seconds more. Returns how many processes were signalled.
+int end_children(unsigned grace_ms = 0);
 
 // As init at shutdown: TERM to every process, `grace_ms` for them to end
 // (reaping), KILL to the rest, reaped. Returns how many were killed.

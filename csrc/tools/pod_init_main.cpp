@@ -44,13 +44,18 @@ struct CommandHelp {
 };
 
 constexpr CommandHelp kCommands[] = {
-    {"", "pod-init [--grace SECONDS] [-g] [-e CODE]... [-v] -- COMMAND [ARGS...]\n",
+    {"",
+     "pod-init [--grace SECONDS] [-g] [-e CODE]... [-v] [--end-with-parent] -- COMMAND "
+     "[ARGS...]\n",
      "  --      Runs COMMAND as a child, as tini does: forwards TERM, INT, HUP, USR1, USR2,\n"
      "          QUIT, WINCH; reaps every process (a child subreaper when not PID 1); after\n"
      "          TERM or INT KILLs a command still running after the grace period (default\n"
-     "          10 s). -g: the command gets a process group of its own and signals go to\n"
-     "          the group; -e CODE: exit status CODE counts as 0 (repeatable); -v: a line\n"
-     "          per signal forwarded and process reaped. As PID 1 of the machine (the boot\n"
+     "          10 s). When the command has ended, what it left running gets TERM and,\n"
+     "          after the grace, KILL. -g: the command gets a process group of its own and\n"
+     "          signals go to the group; -e CODE: exit status CODE counts as 0 (repeatable);\n"
+     "          -v: a line per signal forwarded and process reaped; --end-with-parent: when\n"
+     "          the process that started pod-init dies, even by KILL, the command and all\n"
+     "          it left are KILLed at once (exit 137). As PID 1 of the machine (the boot\n"
      "          image's /init) pod-init reads podinit.* from the kernel command line\n"
      "          instead; see docs/pod-init.md.\n"},
     {"topo", "pod-init topo [--sysfs-root DIR] [--json] [--expect-gpus N] [--no-bar0]\n",
@@ -359,6 +364,8 @@ int run_wrapper(const std::vector<std::string>& args) {
       options.process_group = true;
     } else if (args[i] == "-v") {
       options.verbose = true;
+    } else if (args[i] == "--end-with-parent") {
+      options.end_with_parent = true;
     } else if (args[i] == "-s") {
       // tini's -s: pod-init is a subreaper whenever it is not PID 1 anyway.
     } else if (args[i] == "-h" || args[i] == "--help") {
@@ -380,6 +387,14 @@ int run_wrapper(const std::vector<std::string>& args) {
   }
   return reporting_errors([&] {
     int status = pod_init::supervise(options);
+    // PID 1 of a namespace takes its processes along when it exits; a
+    // subreaper's orphans would live on, so they end here.
+    if (getpid() != 1) {
+      int left = pod_init::end_children(options.grace_ms);
+      if (left > 0 && options.verbose) {
+        options.log("ended " + std::to_string(left) + " processes the command left running");
+      }
+    }
     bool expected =
         std::find(success_codes.begin(), success_codes.end(), status) != success_codes.end();
     return expected ? kExitOk : status;

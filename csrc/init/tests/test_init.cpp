@@ -67,6 +67,16 @@ TEST(InitConfig, FileThenCommandLine) {
   EXPECT_EQ(config.command, (std::vector<std::string>{"/bin/train", "--fast"}));
 }
 
+// Lines were cut at the first '#', so a command holding one lost its tail.
+TEST(InitConfig, AHashInsideAValueIsKept) {
+  InitConfig config;
+  std::vector<std::string> errors;
+  apply_init_file("  # a comment\npodinit.cmd=/bin/train --tag=#3 --fast\n", "/etc/pod-init.conf",
+                  &config, &errors);
+  EXPECT_TRUE(errors.empty());
+  EXPECT_EQ(config.command, (std::vector<std::string>{"/bin/train", "--tag=#3", "--fast"}));
+}
+
 constexpr const char* kModulesDep =
     "kernel/drivers/nvme/host/nvme-core.ko: kernel/block/t10-pi.ko kernel/lib/crc64-rocksoft.ko\n"
     "kernel/drivers/nvme/host/nvme.ko: kernel/drivers/nvme/host/nvme-core.ko kernel/block/t10-pi.ko"
