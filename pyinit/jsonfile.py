@@ -1,20 +1,57 @@
-"""JSON files that are whole or absent, and JSON read defensively.
+"""JSON files that are whole or absent, and input files read defensively.
 
 ``write_json`` writes under a temporary name beside the target (its folder
 made as needed), syncs it, renames it over the target and syncs the folder, so
 neither a reader nor a crash meets half a document. ``parse_json`` reads text
 from a file we do not control: malformed JSON, nesting deeper than the
 interpreter can follow, and NaN or Infinity all become one ``ValueError``
-saying what and where, never a traceback."""
+saying what and where, never a traceback. ``read_input`` is how every file a
+user names is read (a hostfile, thresholds, a tuning table, a replay): the
+reader that refuses a FIFO, pipe or device at once instead of blocking on it,
+and reads a regular file to its end (the core's ``load_input_file`` does the
+same for pod-init, with the same message)."""
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from pyinit.errors import InputError
+
+NOT_REGULAR = "not a regular file (a FIFO, pipe or device): write it to a file"
+
+
+def open_input(path: str | os.PathLike[str]) -> BinaryIO:
+    """A user's input file, open for reading: InputError naming it for a FIFO,
+    pipe or device (opened without blocking, so a FIFO without a writer is
+    refused, not waited on); OSError (with ``filename``) when it cannot be opened."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InputError(NOT_REGULAR, file=os.fsdecode(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_input(path: str | os.PathLike[str], limit: int = 16 << 20) -> bytes:
+    """A user's input file, whole (``open_input``); InputError past `limit` bytes."""
+    with open_input(path) as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise InputError(f"larger than {limit >> 20} MiB", file=os.fsdecode(path))
+    return data
+
+
+def read_input_text(path: str | os.PathLike[str], limit: int = 16 << 20) -> str:
+    """``read_input`` as text; bytes that are not UTF-8 stay as escapes
+    (surrogateescape), so the parser, not the codec, names what is wrong."""
+    return read_input(path, limit).decode("utf-8", errors="surrogateescape")
 
 
 def write_json(path: str | os.PathLike[str], document: Any, indent: int | None = 1) -> Path:

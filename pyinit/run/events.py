@@ -13,12 +13,14 @@ nothing beyond the standard library.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 FILE_NAME = "events.jsonl"
 # Where pyinit run tells its agent and workers to write (the run's folder).
@@ -60,8 +62,11 @@ class EventLog:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._common = common  # fields every event of this writer carries (rank, node)
-        self._file: IO[str] = open(path, "a", encoding="utf-8")  # noqa: SIM115
+        # One os.write per line on O_APPEND: lines of several processes never
+        # interleave, and a failed write leaves no buffered rest behind.
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         self._lock = threading.Lock()
+        self._lost = False  # a write failed (a full disk): the log stops, training goes on
 
     @classmethod
     def for_run(cls, **common: Any) -> EventLog | None:
@@ -73,12 +78,21 @@ class EventLog:
         record = {"time": time.time(), "boottime": boottime(), "event": event}
         line = json.dumps({**record, **self._common, **fields}, default=str) + "\n"
         with self._lock:
-            self._file.write(line)
-            self._file.flush()
+            if self._lost:
+                return
+            data = line.encode("utf-8", errors="surrogateescape")
+            try:
+                if os.write(self._fd, data) != len(data):
+                    raise OSError(errno.ENOSPC, "part of a line written")
+            except OSError as error:
+                # The one line that says so; `pyinit report` names a log that ends early.
+                self._lost = True
+                print(f"pyinit run: {self.path}: events stop here: {error.strerror or error}; "
+                      "training goes on", file=sys.stderr, flush=True)  # fmt: skip
 
     def phase(self, name: str, start: float, end: float, **fields: Any) -> None:
         """A step of the run, from `start` to `end` on CLOCK_BOOTTIME."""
         self.write("phase", name=name, start=round(start, 6), end=round(end, 6), **fields)
 
     def close(self) -> None:
-        self._file.close()
+        os.close(self._fd)

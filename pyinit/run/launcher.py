@@ -15,6 +15,7 @@ C++ core's, the same loop `pod-init -- CMD` runs.
 
 from __future__ import annotations
 
+import errno
 import importlib.machinery
 import importlib.util
 import json
@@ -25,6 +26,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -35,16 +37,20 @@ from typing import IO, Any
 from pyinit import _native
 from pyinit.errors import EXIT_FAILURE, EXIT_STALLED, InputError
 from pyinit.extras import require
+from pyinit.jsonfile import parse_json
 from pyinit.run.events import RUN_DIR_ENV, EventLog, boottime, process_start
 from pyinit.run.preflight import PREFLIGHT_MODES, preflight
 from pyinit.run.stall import StallWatch, flight_recorder_env
+from pyinit.run.steps import FOLDER as STEPS_FOLDER
 
 # What the core's supervisor takes: the signals it forwards, and SIGCHLD.
 SUPERVISED = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
               signal.SIGQUIT, signal.SIGWINCH, signal.SIGCHLD}  # fmt: skip
 # torchrun gives its workers 30 s after a TERM before it KILLs them; wait past that.
 TORCHRUN_GRACE_S = 30.0
-ESCALATE_AFTER_S = TORCHRUN_GRACE_S + 10.0
+# pod-init, between pyinit run and torchrun, KILLs after this; pyinit run a little later.
+GUARD_GRACE_S = TORCHRUN_GRACE_S + 10.0
+ESCALATE_AFTER_S = GUARD_GRACE_S + 5.0
 LIVENESS_LINGER_S = 3.0
 PEER_POLL_S = 1.0  # how often a watched run asks the other nodes for a stall
 # Workers per node: far above any GPU count, and a bound on what torchrun is asked to fork.
@@ -78,7 +84,9 @@ def find_nodes(hostfile: str | None, env: Mapping[str, str]) -> Nodes:
         try:
             names = _native.expand_nodelist(env["SLURM_JOB_NODELIST"])
         except ValueError as e:
-            raise InputError(f"SLURM_JOB_NODELIST={env['SLURM_JOB_NODELIST']!r}: {e}") from None
+            listed = env["SLURM_JOB_NODELIST"]
+            shown = repr(listed) if len(listed) <= 64 else repr(listed[:64]) + "..."
+            raise InputError(f"SLURM_JOB_NODELIST={shown}: {e}") from None
         count = _int_env(env, "SLURM_NNODES", len(names))
         rank = _int_env(env, "SLURM_NODEID", 0)
         _check_rank(rank, count, "SLURM_NODEID")
@@ -159,6 +167,31 @@ def torchrun_options(text: str) -> list[str]:
     return words
 
 
+def pod_init_executable() -> str:
+    """The static pod-init installed with this package: the scripts folder of
+    this interpreter's installation (a venv's bin), beside the interpreter,
+    else PATH."""
+    for folder in (sysconfig.get_path("scripts"), os.path.dirname(sys.executable)):
+        candidate = os.path.join(folder, "pod-init")
+        if os.access(candidate, os.X_OK):
+            return candidate
+    found = shutil.which("pod-init")
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, "the pod-init executable is not installed beside "
+                                "pyinit (reinstall pod-init)", "pod-init")  # fmt: skip
+    return found
+
+
+def guarded(pod_init: str, command: Sequence[str]) -> list[str]:
+    """The command under pod-init, a subreaper between pyinit run and
+    torchrun: every orphan of the run (a script's subprocess, a setsid daemon)
+    re-parents to it, and when pyinit run dies, even by kill -9, it KILLs them
+    all (--end-with-parent). A process cannot outlive its supervisor's KILL
+    otherwise: the kernel re-parents orphans past a dead subreaper."""
+    return [pod_init, "--end-with-parent", "--grace", str(int(GUARD_GRACE_S)),
+            "--", *command]  # fmt: skip
+
+
 def torchrun_command(nodes: Nodes, nproc: int, port: int, restarts: int, status_dir: Path,
                      target: Target, extra: Sequence[str] = (),
                      worker_start: str = "fork") -> list[str]:  # fmt: skip
@@ -190,12 +223,22 @@ class Liveness:
     watchers read, so every node names the rank that stalled."""
 
     def __init__(self, address: str, port: int):
+        """Binds the port now (so a taken one fails before the run starts);
+        it answers once ``start`` runs."""
         self.port = port
         self.answer = b"alive\n"
         self._stop = threading.Event()
         self._seen: dict[int, int] = {}  # the last stall number each node reported
-        self._sock = socket.create_server((address, port), reuse_port=False)
-        threading.Thread(target=self._serve, daemon=True).start()
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        try:
+            self._sock = socket.create_server((address, port), family=family, reuse_port=False)
+        except OSError as e:
+            shown = f"[{address}]:{port}" if family == socket.AF_INET6 else f"{address}:{port}"
+            raise OSError(e.errno, f"cannot listen on {shown}, this node's liveness port "
+                          f"(--master-port + 1): {e.strerror}") from None  # fmt: skip
+
+    def start(self) -> None:
+        threading.Thread(target=self._serve, name="pyinit-liveness", daemon=True).start()
 
     def _serve(self) -> None:
         while True:
@@ -227,11 +270,10 @@ class Liveness:
         """Each other node's stall verdict not seen before (asked once each)."""
         found = []
         for rank, line in self._ask_peers(addresses, own_rank, 0.5).items():
-            if line and line.startswith(b"stall "):
-                verdict = json.loads(line[6:])
-                if verdict.get("count", 0) > self._seen.get(rank, 0):
-                    self._seen[rank] = verdict["count"]
-                    found.append(verdict)
+            verdict = _stall_verdict(line)
+            if verdict is not None and verdict["count"] > self._seen.get(rank, 0):
+                self._seen[rank] = verdict["count"]
+                found.append(verdict)
         return found
 
     def watch_peers(self, addresses: Sequence[str], own_rank: int,
@@ -253,6 +295,22 @@ class Liveness:
     def close(self) -> None:
         self._stop.set()
         self._sock.close()
+
+
+def _stall_verdict(line: bytes | None) -> dict[str, Any] | None:
+    """A peer's `stall {json}` answer, or None for anything else: a peer may
+    be another program on that port, or cut off mid-line, and its garbage
+    must not end this node's watch."""
+    if not line or not line.startswith(b"stall "):
+        return None
+    try:
+        verdict = parse_json(line[6:].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    count = verdict.get("count") if isinstance(verdict, dict) else None
+    if not isinstance(count, int) or isinstance(count, bool):
+        return None
+    return verdict
 
 
 def _worker_status(status_dir: Path) -> int | None:
@@ -293,6 +351,7 @@ def run(
     nproc = _nproc(nproc_per_node)  # every check before anything is written
     extra = torchrun_options(torchrun)
     target.check()
+    pod_init = pod_init_executable()
     if standalone and hostfile:
         raise InputError("--standalone is one node alone: it takes no --hostfile")
     require("torch", "pyinit run (torchrun)")
@@ -301,6 +360,12 @@ def run(
     if run_dir and Path(run_dir).exists() and not Path(run_dir).is_dir():
         raise InputError(f"--run-dir {run_dir}: exists and is not a folder")
     nodes = find_nodes(hostfile, {} if standalone else os.environ)
+    liveness = None
+    if nodes.count > 1 and nodes.source in ("hostfile", "slurm"):
+        # Bound before anything is written: a taken port or an address of a family
+        # this host lacks is one line, with no run folder left behind.
+        # SLURM's addresses are its node names, resolved as the job's hosts resolve them.
+        liveness = Liveness(nodes.addresses[nodes.rank], master_port + 1)
     folder = Path(run_dir or f"pyinit-run/node{nodes.rank}")
     log = EventLog(folder / "events.jsonl", node=nodes.rank)
     log.write("start", argv=sys.argv, nodes=nodes.to_dict(), pid=os.getpid())
@@ -321,6 +386,8 @@ def run(
     log.write("preflight", mode=preflight_mode, gpus=gpus, topology=node.source,
               problems=[asdict(p) for p in problems])  # fmt: skip
     if preflight_mode == "strict" and any(p.severity == "error" for p in problems):
+        if liveness is not None:
+            liveness.close()
         log.write("end", status=EXIT_FAILURE, reason="preflight errors (strict)")
         print("pyinit run: preflight found errors; not starting (--preflight strict)", file=out)
         return EXIT_FAILURE
@@ -359,6 +426,9 @@ def run(
     for pattern in ("rank-*.json", "attempt-*", "progress-rank*", "stack-rank*"):
         for stale in status_dir.glob(pattern):
             stale.unlink()
+    # A reused --run-dir: the report reads the last run's events, so only its step records.
+    for stale in (folder / STEPS_FOLDER).glob("rank-*"):
+        stale.unlink()
     if stall_timeout > 0:
         for key, value in flight_recorder_env(folder, status_dir).items():
             env.setdefault(key, value)
@@ -379,11 +449,9 @@ def run(
     # Supervision is the core's (the same loop as pod-init's): it takes the signals
     # with sigtimedwait, so they are blocked here before any thread starts.
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, SUPERVISED)
-    liveness = None
     try:
-        if nodes.count > 1 and nodes.source in ("hostfile", "slurm"):
-            # SLURM's addresses are its node names, resolved as the job's hosts resolve them.
-            liveness = Liveness(nodes.addresses[nodes.rank], master_port + 1)
+        if liveness is not None:
+            liveness.start()
         _native.become_subreaper()  # workers torchrun leaves behind re-parent here
         forwarded: list[int] = []
 
@@ -405,10 +473,10 @@ def run(
         log.write("spawn", command=command,
                   seconds_since_start=round(boottime() - entered, 4))  # fmt: skip
         code = _native.supervise(
-            command, env, grace_s=ESCALATE_AFTER_S, on_signal=on_signal,
+            guarded(pod_init, command), env, grace_s=ESCALATE_AFTER_S, on_signal=on_signal,
             on_tick=on_tick, tick_s=0.25,
             on_log=lambda line: log.write("supervisor", message=line),
-            # kill -9 of pyinit run must not leave torchrun behind (its workers follow it).
+            # Until pod-init has asked for its own parent-death signal, it dies with us.
             parent_death_signal=signal.SIGKILL,
         )  # fmt: skip
         restarts.check()  # an attempt that began and ended between two looks

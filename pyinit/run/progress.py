@@ -21,6 +21,7 @@ import mmap
 import os
 import signal
 import struct
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -57,8 +58,15 @@ class ProgressWriter:
     def __init__(self, path: Path):
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.ftruncate(fd, LAYOUT.size)
+            # Written, not just sized: the block is the filesystem's now, so a
+            # store into the mapping cannot fault (SIGBUS) on a disk that fills later.
+            os.write(fd, bytes(LAYOUT.size))
             self._map = mmap.mmap(fd, LAYOUT.size)
+        except OSError as error:
+            # Bookkeeping never stops training: the counts stay in this process.
+            print(f"pyinit run: {path}: {error.strerror or error}; the stall watch cannot see "
+                  "this rank", file=sys.stderr, flush=True)  # fmt: skip
+            self._map = mmap.mmap(-1, LAYOUT.size)
         finally:
             os.close(fd)
         self._pid = os.getpid()

@@ -31,7 +31,7 @@ import numpy as np
 
 from pyinit import argtypes
 from pyinit.errors import InputError
-from pyinit.jsonfile import write_text
+from pyinit.jsonfile import open_input, write_text
 from pyinit.run import timeline
 from pyinit.run.steps import FOLDER, RECORD
 
@@ -89,7 +89,8 @@ def read_steps(folder: Path) -> dict[int, np.ndarray]:
             rank = int(path.stem.removeprefix("rank-"))
         except ValueError:
             continue
-        raw = path.read_bytes()
+        with open_input(path) as f:
+            raw = f.read()
         whole = len(raw) - len(raw) % STEP_DTYPE.itemsize  # a record in progress is left out
         steps[rank] = np.frombuffer(raw[:whole], dtype=STEP_DTYPE)
     return steps
@@ -125,43 +126,53 @@ def read_monitor(folder: Path) -> Monitor | None:
     path = folder / "monitor.jsonl"
     if not path.exists():
         return None
-    with open(path, "rb") as f:  # counted first, then read a line at a time: 100s of MiB
+    with open_input(path) as f:  # counted first, then read a line at a time: 100s of MiB
         count = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
     stride = max(1, count // MONITOR_SAMPLES)
     columns: dict[str, list[float]] = {k: [] for k in ("boottime", "wall", "gpu_util", "pcie",
                                                        "nvlink", "disk")}  # fmt: skip
     gpus, unavailable = False, None
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         lines = [line for number, line in enumerate(f) if number % stride == 0]
     for line in lines:
         try:
             sample = json.loads(line)
         except ValueError:
             continue  # a torn last line
-        if not isinstance(sample, dict) or not isinstance(sample.get("time"), (int, float)):
+        # A sample is another process's data: a field of the wrong type is a gap, not an error.
+        if not isinstance(sample, dict) or np.isnan(_real(sample.get("time"))):
             continue
-        cards = [g for g in sample.get("gpus") or [] if isinstance(g, dict) and "error" not in g]
+        gpu_cards, blocks = sample.get("gpus"), sample.get("block")
+        cards = [g for g in gpu_cards if isinstance(g, dict) and "error" not in g] if isinstance(
+            gpu_cards, list) else []  # fmt: skip
         gpus = gpus or bool(cards)
-        unavailable = sample.get("gpu_unavailable") or unavailable
-        columns["wall"].append(sample["time"])
-        columns["boottime"].append(sample.get("boottime", np.nan))
+        if isinstance(sample.get("gpu_unavailable"), str):
+            unavailable = sample["gpu_unavailable"]
+        columns["wall"].append(_real(sample["time"]))
+        columns["boottime"].append(_real(sample.get("boottime")))
         columns["gpu_util"].append(_mean(g.get("utilization_percent") for g in cards))
         columns["pcie"].append(_sum(cards, ("pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s")))
         columns["nvlink"].append(_sum(cards, ("nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s")))
-        latencies = [b.get("read_latency_us") for b in sample.get("block") or []]
-        columns["disk"].append(max((v for v in latencies if v), default=np.nan))
+        latencies = [_real(b.get("read_latency_us")) for b in blocks if isinstance(b, dict)] if (
+            isinstance(blocks, list)) else []  # fmt: skip
+        columns["disk"].append(max((v for v in latencies if v > 0), default=np.nan))
     arrays = {k: np.array(v, dtype=float) for k, v in columns.items()}
     return Monitor(arrays["boottime"], arrays["wall"], arrays["gpu_util"], arrays["pcie"],
                    arrays["nvlink"], arrays["disk"], gpus, unavailable, stride)  # fmt: skip
 
 
+def _real(value: Any) -> float:
+    """A finite number as float; NaN (a gap) for anything else."""
+    return float(value) if timeline.finite(value) else np.nan
+
+
 def _mean(values: Any) -> float:
-    numbers = [v for v in values if isinstance(v, (int, float))]
+    numbers = [v for v in map(_real, values) if not np.isnan(v)]
     return sum(numbers) / len(numbers) if numbers else np.nan
 
 
 def _sum(cards: list[dict], keys: tuple[str, ...]) -> float:
-    numbers = [g[k] for g in cards for k in keys if isinstance(g.get(k), (int, float))]
+    numbers = [v for g in cards for k in keys if not np.isnan(v := _real(g.get(k)))]
     return float(sum(numbers)) if numbers else np.nan
 
 
@@ -193,6 +204,12 @@ def read_node(folder: Path, missing: list[str]) -> Node:
         )
     if not steps:
         missing.append(f"{folder}: no step records (steps/): every rank counts as start-up")
+    for marker in sorted((folder / FOLDER).glob("rank-*.bin.lost-*")):
+        rank, _, when = marker.name.removeprefix("rank-").partition(".bin.lost-")
+        missing.append(
+            f"{folder}: rank {rank}'s step records stop ({when.replace('-', ' ')}; the disk "
+            "was full, or a write failed): its later steps count as the tail"
+        )
     if not monitor:
         missing.append(f"{folder}: no monitor samples (monitor.jsonl): no GPU or disk charts")
     elif monitor.stride > 1:

@@ -15,8 +15,10 @@ Imported by every worker before the training script: the standard library only.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import struct
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,12 +35,22 @@ def steps_path(run_dir: Path | str, rank: int) -> Path:
     return Path(run_dir) / FOLDER / f"rank-{rank}.bin"
 
 
+LOST = ".lost-attempt-{attempt}-from-step-{step}"
+
+
+def lost_marker(path: Path, attempt: int, step: int) -> Path:
+    """rank-R.bin.lost-attempt-A-from-step-N: no records from step N of attempt A on."""
+    return path.with_name(path.name + LOST.format(attempt=attempt, step=step))
+
+
 class StepLog:
     """This rank's step records, and the waits of the step in progress."""
 
     def __init__(self, path: Path, attempt: int, events: EventLog | None = None):
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self._lost_from = 0  # the first step not recorded (0: none lost)
         self._attempt = attempt
         self._events = events
         self._steps = 0
@@ -60,7 +72,30 @@ class StepLog:
             record = RECORD.pack(self._attempt, self._steps, end, self._waits["data"],
                                  self._waits["checkpoint"])  # fmt: skip
             self._waits = dict.fromkeys(WAITS, 0.0)
-        os.write(self._fd, record)
+            if self._lost_from:
+                return
+            try:
+                written = os.write(self._fd, record)
+            except OSError as error:
+                self._lose(error.strerror or str(error))
+                return
+            if written != len(record):
+                # A full disk took part of it: cut it off, so the file keeps whole records.
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, os.fstat(self._fd).st_size - written)
+                self._lose(f"{os.strerror(errno.ENOSPC)} (a record cut at {written} bytes)")
+
+    def _lose(self, reason: str) -> None:
+        """Bookkeeping never takes training down: the records stop, once, with
+        one line. The report learns from which step they are missing by an
+        empty file whose name says it: a full disk still takes a name (no data
+        block), where an event in the log would be lost too."""
+        self._lost_from = self._steps
+        print(f"pyinit run: step records of {self.path} stop at step {self._steps - 1}: "
+              f"{reason}; training goes on", file=sys.stderr, flush=True)  # fmt: skip
+        marker = lost_marker(self.path, self._attempt, self._steps)
+        with contextlib.suppress(OSError):
+            os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
 
     def close(self) -> None:
         os.close(self._fd)

@@ -12,12 +12,13 @@ in the JSON.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pyinit.errors import InputError
-from pyinit.jsonfile import MalformedJson, parse_json, write_json
+from pyinit.jsonfile import MalformedJson, open_input, parse_json, write_json
 from pyinit.run.events import FILE_NAME
 
 # (event name, label, who records it), in the order they happen.
@@ -79,7 +80,8 @@ def read_events(run_dir: Path) -> list[dict]:
     torn last line (a crash mid-write) is left out."""
     path = run_dir if run_dir.is_file() else run_dir / FILE_NAME
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        with open_input(path) as f:
+            text = f.read().decode("utf-8", errors="replace")
     except FileNotFoundError:
         where = str(run_dir)
         raise InputError(f"no {FILE_NAME} here: not a pyinit run folder", file=where) from None
@@ -95,8 +97,37 @@ def read_events(run_dir: Path) -> list[dict]:
                 break
             raise InputError(str(e), file=str(path), line=number) from None
         if isinstance(event, dict):
+            problem = shape_problem(event)
+            if problem:
+                raise InputError(problem, file=str(path), line=number)
             events.append(event)
     return events
+
+
+def finite(value: object) -> bool:
+    """A JSON number that is finite (bools are not numbers here)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def shape_problem(event: dict) -> str:
+    """What is wrong with an event's fields for the timeline and the report
+    ("" when nothing): valid JSON of the wrong shape, said once here rather
+    than met as a KeyError or TypeError wherever a field is used."""
+    for key in ("time", "boottime", "start", "end"):
+        if key in event and not finite(event[key]):
+            return f"{key} must be a finite number of seconds, not {event[key]!r:.40}"
+    for key in ("rank", "node", "attempt"):
+        if key in event and (not isinstance(event[key], int) or isinstance(event[key], bool)):
+            return f"{key} must be a whole number, not {event[key]!r:.40}"
+    kind = event.get("event")
+    if kind == "phase":
+        if not isinstance(event.get("name"), str):
+            return "a phase event needs a name (a string)"
+        if "start" not in event or "end" not in event:
+            return "a phase event needs start and end"
+    if kind == "end" and "boottime" not in event:
+        return "an end event needs its boottime"
+    return ""
 
 
 def clamp_process_starts(by_name: dict[str, list[dict]], events: list[dict]) -> None:

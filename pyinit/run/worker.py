@@ -49,8 +49,15 @@ from pyinit.run.steps import install as install_steps
 
 
 def _record(status_dir: Path, code: int) -> None:
+    """The script's own exit status for pyinit run; on a full disk, without it
+    (pyinit run then reports torchrun's status), said in one line."""
     rank = os.environ.get("RANK", "0")
-    write_json(status_dir / f"rank-{rank}.json", {"rank": int(rank), "exit": code}, indent=None)
+    try:
+        write_json(status_dir / f"rank-{rank}.json", {"rank": int(rank), "exit": code},
+                   indent=None)  # fmt: skip
+    except OSError as error:
+        print(f"pyinit run: rank {rank}'s exit status {code} is not recorded: "
+              f"{error.strerror or error}", file=sys.stderr, flush=True)  # fmt: skip
 
 
 def _run_program(argv: list[str]) -> int:
@@ -194,7 +201,11 @@ def main() -> None:
     status_dir, kind, name, *args = sys.argv[1:]
     # torchrun counts its restarts of the worker group; pyinit run watches for new attempts.
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    (Path(status_dir) / f"attempt-{attempt}").touch()
+    try:
+        (Path(status_dir) / f"attempt-{attempt}").touch()
+    except OSError as error:  # a full disk: pyinit run misses this restart's mark, training goes on
+        print(f"pyinit run: attempt {attempt} is not marked: {error.strerror or error}",
+              file=sys.stderr, flush=True)  # fmt: skip
     rank, node = int(os.environ.get("RANK", "0")), int(os.environ.get("GROUP_RANK", "0"))
     log = EventLog.for_run(rank=rank, node=node, attempt=attempt)
     marks = None
@@ -221,15 +232,35 @@ def main() -> None:
             runpy.run_path(name, run_name="__main__")
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if _finish_saves() and code == 0:
+            code = 1
+            e = SystemExit(1)
         _record(Path(status_dir), code)
-        raise
+        raise e from None
     except BaseException:
+        _finish_saves()
         _record(Path(status_dir), 1)
         raise
     finally:
         if marks is not None:
             marks.finish()
-    _record(Path(status_dir), 0)
+    code = 1 if _finish_saves() else 0
+    _record(Path(status_dir), code)
+    if code:
+        sys.exit(code)
+
+
+def _finish_saves() -> bool:
+    """Waits for the script's background checkpoints (a worker may exit
+    through os._exit, which would cut them off); says which failed. True when
+    one did."""
+    checkpoint = sys.modules.get("pyinit.checkpoint")
+    if checkpoint is None:
+        return False
+    failures = checkpoint.wait_pending()
+    for line in failures:
+        print(f"pyinit run: {line}", file=sys.stderr, flush=True)
+    return bool(failures)
 
 
 if __name__ == "__main__":
