@@ -21,6 +21,7 @@ tensors, as ``model.state_dict()`` is.
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 import threading
@@ -43,6 +44,7 @@ from pyinit.io import (  # noqa: E402
     check_recorded,
     crc32c,
 )
+from pyinit.jsonfile import MalformedJson, parse_json  # noqa: E402
 from pyinit.run.steps import phase  # noqa: E402
 
 # safetensors' names for torch's types.
@@ -56,22 +58,36 @@ DTYPES: dict[torch.dtype, str] = {
 TORCH_DTYPES = {name: dtype for dtype, name in DTYPES.items()}
 # A header larger than this is not a checkpoint's (safetensors refuses 100 MB too).
 MAX_HEADER = 100 << 20
+# The header's own entry: safetensors keeps the file's metadata under this name.
+METADATA = "__metadata__"
 
 
-def _tensors(state_dict: Mapping[str, Any]) -> list[tuple[str, torch.Tensor]]:
+def _tensors(state_dict: Mapping[str, Any], path: str) -> list[tuple[str, torch.Tensor]]:
     if not isinstance(state_dict, Mapping):
         raise TypeError(f"save takes a dict of tensors, not {type(state_dict).__name__}")
     items = []
     for name, value in state_dict.items():
         if not isinstance(name, str):
-            raise ValueError(f"tensor names must be str, not {name!r}")
+            raise InputError(f"tensor names must be str, not {name!r}", file=path)
+        if name == METADATA:
+            # Written, it would be read back as the file's metadata: dropped by
+            # load, and the whole file refused by safetensors.
+            raise InputError(f"tensor {name!r}: the name safetensors keeps for the file's "
+                             "metadata; rename the tensor", file=path)  # fmt: skip
         if not isinstance(value, torch.Tensor):
-            raise ValueError(
-                f"{name!r} is a {type(value).__name__}, not a tensor: the safetensors layout "
-                "holds tensors only (flatten nested state, or keep it beside the checkpoint)"
+            raise InputError(
+                f"tensor {name!r} is a {type(value).__name__}, not a tensor: the safetensors "
+                "layout holds tensors only (flatten nested state, or keep it beside the "
+                "checkpoint)",
+                file=path,
             )
         if value.dtype not in DTYPES:
-            raise ValueError(f"{name!r}: dtype {value.dtype} has no safetensors name")
+            raise InputError(f"tensor {name!r}: dtype {value.dtype} has no safetensors name",
+                             file=path)  # fmt: skip
+        if value.layout != torch.strided or value.is_meta:
+            what = "a meta tensor (no data)" if value.is_meta else f"layout {value.layout}"
+            raise InputError(f"tensor {name!r} is {what}: only dense tensors with data are "
+                             "saved (.to_dense() a sparse one)", file=path)  # fmt: skip
         items.append((name, value))
     # Larger elements first, as safetensors orders them: every offset stays aligned.
     items.sort(key=lambda item: (-item[1].element_size(), item[0]))
@@ -113,16 +129,25 @@ def _write(items: list[tuple[str, torch.Tensor]], path: str, queue_depth: int) -
     return out.crc
 
 
+_pending: set[PendingSave] = set()  # started and not yet waited for
+_pending_lock = threading.Lock()
+
+
 class PendingSave:
-    """A checkpoint being written in the background."""
+    """A checkpoint being written in the background. The process does not
+    exit before it is written, waited for or not: its thread is not a daemon,
+    so the interpreter joins it at exit, and ``pyinit run``'s worker waits for
+    it (``wait_pending``) and reports a save that failed."""
 
     def __init__(self, items: list[tuple[str, torch.Tensor]], path: str, queue_depth: int):
         self.path = path
         self.crc: int | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(
-            target=self._run, args=(items, queue_depth), name="pyinit-checkpoint", daemon=True
+            target=self._run, args=(items, queue_depth), name="pyinit-checkpoint"
         )
+        with _pending_lock:
+            _pending.add(self)
         self._thread.start()
 
     def _run(self, items: list[tuple[str, torch.Tensor]], queue_depth: int) -> None:
@@ -140,10 +165,26 @@ class PendingSave:
         self._thread.join(timeout)
         if self._thread.is_alive():
             raise TimeoutError(f"{self.path}: still writing after {timeout} s")
+        with _pending_lock:
+            _pending.discard(self)
         if self._error is not None:
             raise self._error
         assert self.crc is not None
         return self.crc
+
+
+def wait_pending() -> list[str]:
+    """Waits for every background save not yet waited for; one line per
+    save that failed (the file and why), for the caller to report."""
+    with _pending_lock:
+        pending = sorted(_pending, key=lambda save: save.path)
+    failures = []
+    for save in pending:
+        try:
+            save.wait()
+        except (OSError, ValueError) as error:
+            failures.append(f"{save.path}: the background save failed: {error}")
+    return failures
 
 
 def save(
@@ -157,8 +198,8 @@ def save(
     Returns the file's CRC-32C; with ``background``, a ``PendingSave`` at once:
     the tensors are first copied to host memory (so training may change them),
     then written by a thread while the caller goes on."""
-    items = _tensors(state_dict)
     target = os.fspath(path)
+    items = _tensors(state_dict, target)
     with phase("checkpoint"):  # under pyinit run, counted apart in its report
         if not background:
             return _write([(name, tensor.cpu()) for name, tensor in items], target, queue_depth)
@@ -178,35 +219,65 @@ def _snapshot(items: list[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.Te
     return snapshot
 
 
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _parse_header(path: str, text: bytes, data_bytes: int) -> list[tuple[str, str, list, int, int]]:
+    """The tensors a header describes, checked as safetensors checks them:
+    names, dtypes, shapes and offsets of the right types and ranges, and
+    offsets that cover the data exactly once, in order (no gap, no overlap).
+    InputError naming the file and the tensor for anything else."""
     try:
-        header = json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise InputError(f"{path}: the safetensors header is not JSON ({error})") from None
+        header = parse_json(text.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InputError("the safetensors header is not UTF-8 text", file=path) from None
+    except MalformedJson as error:
+        raise InputError(f"the safetensors header is not JSON ({error})", file=path) from None
     if not isinstance(header, dict):
-        raise InputError(f"{path}: the safetensors header is not a JSON object")
+        raise InputError("the safetensors header is not a JSON object", file=path)
+    metadata = header.get(METADATA, {})
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise InputError(f"{METADATA} must map names to strings", file=path)
     entries = []
     for name, entry in header.items():
-        if name == "__metadata__":
+        if name == METADATA:
             continue
-        try:
-            dtype, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
-        except (TypeError, KeyError, ValueError):
-            raise InputError(
-                f"{path}: tensor {name!r} lacks dtype, shape or data_offsets"
-            ) from None
-        if dtype not in TORCH_DTYPES:
-            raise InputError(f"{path}: tensor {name!r} has dtype {dtype!r}, unknown here")
-        numel = int(np.prod(shape, dtype=np.int64))
+
+        def bad(what: str, name: str = name) -> InputError:
+            return InputError(f"tensor {name!r}: {what}", file=path)
+
+        if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= entry.keys():
+            raise bad("lacks dtype, shape or data_offsets")
+        dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+        if not isinstance(dtype, str) or dtype not in TORCH_DTYPES:
+            raise bad(f"dtype {dtype!r} is unknown here")
+        if not isinstance(shape, list) or not all(_whole(n) and n >= 0 for n in shape):
+            raise bad(f"shape {shape!r} is not a list of whole numbers >= 0")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(_whole, offsets))):
+            raise bad(f"data_offsets {offsets!r} is not two whole numbers")
+        begin, end = offsets
+        numel = math.prod(shape)  # Python's ints: no overflow, compared below
         if (
             not 0 <= begin <= end <= data_bytes
             or end - begin != numel * TORCH_DTYPES[dtype].itemsize
         ):
-            raise InputError(
-                f"{path}: tensor {name!r} claims bytes {begin}..{end} of {data_bytes}, which do "
-                f"not hold {shape} of {dtype}"
-            )
+            raise bad(f"claims bytes {begin}..{end} of {data_bytes}, which do not hold "
+                      f"{shape} of {dtype}")  # fmt: skip
         entries.append((name, dtype, shape, begin, end))
+    at = 0
+    for name, _dtype, _shape, begin, end in sorted(entries, key=lambda e: (e[3], e[4])):
+        if begin != at:
+            what = (
+                "overlaps the tensor before it"
+                if begin < at
+                else f"leaves bytes {at}..{begin} unused"
+            )
+            raise InputError(f"tensor {name!r}: {what}", file=path)
+        at = end
+    if at != data_bytes:
+        raise InputError(f"the tensors end at byte {at} of {data_bytes}: the rest is unused",
+                         file=path)  # fmt: skip
     return entries
 
 

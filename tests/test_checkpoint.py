@@ -261,8 +261,69 @@ def test_bad_state_dicts_and_bad_files_name_the_problem(folder):
         checkpoint.load(bad)
     header = b'{"a":{"dtype":"Q9","shape":[1],"data_offsets":[0,1]}}'
     bad.write_bytes(len(header).to_bytes(8, "little") + header + bytes(1))
-    with pytest.raises(ValueError, match="dtype 'Q9', unknown here"):
+    with pytest.raises(ValueError, match="dtype 'Q9' is unknown here"):
         checkpoint.load(bad)
+
+
+def header_file(path: Path, entries: dict, data: int) -> Path:
+    text = json.dumps(entries).encode()
+    path.write_bytes(len(text).to_bytes(8, "little") + text + bytes(data))
+    return path
+
+
+F32 = {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
+# Headers safetensors refuses: each must be an InputError naming the file and the tensor.
+MALFORMED = [
+    ({"a": {**F32, "shape": "2"}}, 8, "tensor 'a': shape '2' is not a list"),
+    ({"a": {**F32, "shape": [-2]}}, 8, "tensor 'a': shape [-2] is not a list of whole"),
+    ({"a": {**F32, "shape": [2.0]}}, 8, "tensor 'a': shape [2.0] is not a list"),
+    ({"a": {**F32, "shape": [True, 2]}}, 8, "tensor 'a': shape [True, 2] is not a list"),
+    ({"a": {**F32, "shape": [2**70]}}, 8, "tensor 'a': claims bytes 0..8 of 8"),
+    ({"a": {**F32, "shape": [2**35, 2**35]}}, 8, "tensor 'a': claims bytes 0..8 of 8"),
+    ({"a": {**F32, "data_offsets": ["0", "8"]}}, 8, "tensor 'a': data_offsets ['0', '8']"),
+    ({"a": {**F32, "data_offsets": [0, 2**70]}}, 8, "tensor 'a': claims bytes 0.."),
+    ({"a": {**F32, "data_offsets": [0]}}, 8, "tensor 'a': data_offsets [0] is not two"),
+    ({"a": {**F32, "dtype": ["F32"]}}, 8, "tensor 'a': dtype ['F32'] is unknown here"),
+    ({"a": [1, 2]}, 8, "tensor 'a': lacks dtype, shape or data_offsets"),
+    ({"a": F32, "b": {**F32, "data_offsets": [4, 12]}}, 12, "tensor 'b': overlaps the tensor"),
+    ({"a": F32, "b": {**F32, "data_offsets": [12, 20]}}, 20, "tensor 'b': leaves bytes 8..12"),
+    ({"a": F32}, 16, "the tensors end at byte 8 of 16"),
+    ({"__metadata__": {"format": 3}, "a": F32}, 8, "__metadata__ must map names to strings"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("entries", "data", "message"), MALFORMED,
+                         ids=[row[2][:40] for row in MALFORMED])  # fmt: skip
+def test_malformed_headers_are_input_errors_naming_file_and_tensor(folder, entries, data,
+                                                                   message):  # fmt: skip
+    from pyinit import checkpoint
+    from pyinit.errors import InputError
+
+    path = header_file(folder / "bad.safetensors", entries, data)
+    with pytest.raises(InputError) as error:
+        checkpoint.load(path)
+    assert error.value.file == str(path)
+    assert message in error.value.message, error.value.message
+    safetensors = pytest.importorskip("safetensors.torch", reason="the test extra installs it")
+    with pytest.raises(Exception):  # noqa: B017 - safetensors refuses it too, in its own way
+        safetensors.load_file(path)
+
+
+def test_what_safetensors_would_refuse_is_refused_at_save(folder):
+    torch = pytest.importorskip("torch", reason="torch is installed by the test command")
+    from pyinit import checkpoint
+    from pyinit.errors import InputError
+
+    target = folder / "x.safetensors"
+    for state, message in (
+        ({"__metadata__": torch.ones(2)}, "tensor '__metadata__': the name safetensors keeps"),
+        ({"m": torch.empty(3, device="meta")}, "tensor 'm' is a meta tensor"),
+        ({"s": torch.eye(3).to_sparse()}, "tensor 's' is layout torch.sparse_coo"),
+    ):
+        with pytest.raises(InputError, match=message) as error:
+            checkpoint.save({"w": torch.ones(2), **state}, target)
+        assert error.value.file == str(target)
+    assert os.listdir(folder) == []
 
 
 def test_load_refuses_a_damaged_checkpoint(folder):
