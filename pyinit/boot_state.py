@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pyinit.errors import InputError
+from pyinit.jsonfile import read_input_text
 
 DEFAULT_DIR = "/run/pod-init"
 
@@ -41,7 +42,7 @@ def read_boot_state(folder: str | os.PathLike[str] = DEFAULT_DIR) -> BootState |
     folder = Path(folder)
     manifest = folder / "node.json"
     try:
-        text = manifest.read_text(encoding="utf-8", errors="surrogateescape")
+        text = read_input_text(manifest)
     except FileNotFoundError:
         return None
     try:

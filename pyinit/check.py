@@ -41,6 +41,9 @@ from pyinit import argtypes
 
 OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
 STATE_NAMES = ("OK", "WARNING", "CRITICAL", "UNKNOWN")
+# Which state wins the summary: a CRITICAL finding (an Xid 79) must drain the
+# node even when another probe could not answer, so CRITICAL outranks UNKNOWN.
+PRECEDENCE = {OK: 0, WARNING: 1, UNKNOWN: 2, CRITICAL: 3}
 SEVERITY_STATE = {"error": CRITICAL, "warning": WARNING}
 
 
@@ -215,10 +218,14 @@ def run_probes(args: argparse.Namespace) -> tuple[list[Problem], dict[str, float
         return problems, dict(seconds), hung
 
 
+def by_precedence(problems: list[Problem]) -> list[Problem]:
+    return sorted(problems, key=lambda p: -PRECEDENCE[p.state])
+
+
 def summary(problems: list[Problem], elapsed: float) -> tuple[int, str]:
-    state = max((p.state for p in problems), default=OK)
+    state = max((p.state for p in problems), key=PRECEDENCE.__getitem__, default=OK)
     counts = {name: sum(p.state == i for p in problems) for i, name in enumerate(STATE_NAMES)}
-    first = next((p for p in sorted(problems, key=lambda p: -p.state)), None)
+    first = next(iter(by_precedence(problems)), None)
     text = f"POD-INIT CHECK {STATE_NAMES[state]}"
     if problems:
         named = ("CRITICAL", "WARNING", "UNKNOWN")
@@ -291,7 +298,7 @@ def main(argv: list[str] | None, nvml_backend: Any = None) -> int:
         sys.stdout.write(json.dumps(document, indent=1) + "\n")
     else:
         sys.stdout.write(first_line + "\n")
-        for problem in sorted(problems, key=lambda p: -p.state):
+        for problem in by_precedence(problems):
             sys.stdout.write(problem.line() + "\n")
     if args.slurm_drain and state == CRITICAL:
         drain(args.slurm_node, first_line)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyinit import argtypes
-from pyinit.errors import EXIT_FAILURE, EXIT_STATUS_HELP, EXIT_USAGE, InputError
+from pyinit.errors import EXIT_FAILURE, EXIT_STATUS_HELP, EXIT_USAGE, InputError, printable
 from pyinit.extras import MissingExtra
 
 if TYPE_CHECKING:
@@ -505,15 +505,15 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_FAILURE
     except MissingExtra as e:
-        print(f"pyinit: {e}", file=sys.stderr)
+        print(f"pyinit: {printable(str(e))}", file=sys.stderr)
         return EXIT_USAGE
     except ValueError as e:
         # InputError (a ValueError) already names the option, or the file and line.
-        print(f"pyinit: {e}", file=sys.stderr)
+        print(f"pyinit: {printable(str(e))}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as e:
         where = f"{e.filename}: " if e.filename else ""
-        print(f"pyinit: {where}{e.strerror or e}", file=sys.stderr)
+        print(f"pyinit: {printable(f'{where}{e.strerror or e}')}", file=sys.stderr)
         return EXIT_FAILURE
 
 

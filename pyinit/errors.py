@@ -28,6 +28,18 @@ exit status:
        ended (its stall event names the rank and where it was)"""
 
 
+def printable(text: str) -> str:
+    """Text for a terminal: control characters, and bytes that were not UTF-8
+    (surrogate escapes), as ``\\xNN``, the way pod-init's C++ prints them, so
+    a hostile value (a node list holding ESC) cannot drive the terminal."""
+    return "".join(
+        f"\\x{ord(c) & 0xFF:02x}"
+        if ord(c) < 0x20 or ord(c) == 0x7F or 0xDC80 <= ord(c) <= 0xDCFF
+        else c
+        for c in text
+    )
+
+
 class InputError(ValueError):
     """Bad input from the user: ``str()`` is ``FILE:LINE: message`` (or less
     where there is no file or line); ``file``, ``line`` and ``message`` keep

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from pyinit.errors import InputError
-from pyinit.jsonfile import load_json
+from pyinit.jsonfile import load_json, read_input_text
 from pyinit.xid import ACTIONS, CATALOG, classify
 
 SECTOR_BYTES = 512
@@ -53,7 +53,7 @@ class Thresholds:
     def from_file(cls, path: str) -> Thresholds:
         # OSError naming the file when it cannot be read; bytes that are not UTF-8 are
         # kept as escapes so the parser, not the codec, says what is wrong, naming the file.
-        text = Path(path).read_text(encoding="utf-8", errors="surrogateescape")
+        text = read_input_text(path)
         values = load_json(text, path)
         known = {f.name for f in fields(cls)}
         if not isinstance(values, dict):

@@ -479,10 +479,9 @@ class NvmlView:
 def load_replay(path: str) -> FakeNvml:
     """A recording (`pyinit nvml --record`) to answer as the driver would.
     OSError when it cannot be read, InputError naming it when it is not JSON."""
-    from pyinit.jsonfile import load_json
+    from pyinit.jsonfile import load_json, read_input_text
 
-    with open(path, encoding="utf-8", errors="surrogateescape") as f:
-        return FakeNvml(load_json(f.read(), path))
+    return FakeNvml(load_json(read_input_text(path), path))
 
 
 def read_nvml(backend: NvmlBackend | None = None) -> NvmlView:

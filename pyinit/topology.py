@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pyinit import _native
+from pyinit.jsonfile import read_input_text
 
 if TYPE_CHECKING:
     from pyinit.nvml import NvmlView
@@ -213,8 +214,7 @@ def load(path: str | os.PathLike[str], expect_gpus: int | None = None) -> Topolo
     ``topology.json``): a scan reused, not repeated. ``OSError`` when the file
     cannot be read, ``InputError`` naming it when it is not such a document."""
     path = os.fspath(path)
-    with open(path, encoding="utf-8", errors="surrogateescape") as f:
-        native = _native.load_topology(f.read(), path)
+    native = _native.load_topology(read_input_text(path), path)
     if expect_gpus is not None:
         native.expect_gpus(expect_gpus)
     return from_native(native)

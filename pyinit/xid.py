@@ -58,7 +58,11 @@ CATALOG: dict[int, tuple[str, str]] = {
 }
 
 # "NVRM: Xid (PCI:0000:3b:00): 79, pid=1101234, name=nvc:[driver], GPU has fallen off the bus."
-_KMSG_XID = re.compile(r"NVRM: Xid \(PCI:(?P<bus>[0-9A-Fa-f:.]+)\): (?P<xid>\d+), ?(?P<text>.*)$")
+# Xids are small numbers: a line claiming thousands of digits is not an Xid
+# record (and int() of it would fail the whole probe, hiding real ones).
+_KMSG_XID = re.compile(
+    r"NVRM: Xid \(PCI:(?P<bus>[0-9A-Fa-f:.]+)\): (?P<xid>\d{1,9}), ?(?P<text>.*)$"
+)
 
 
 @dataclass(frozen=True)

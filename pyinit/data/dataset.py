@@ -33,7 +33,7 @@ from pyinit.data import _kernels
 from pyinit.data.shard_format import HEADER_BYTES, MANIFEST, ShardHeader, read_header
 from pyinit.errors import InputError
 from pyinit.io import DirectReader, aligned_empty
-from pyinit.jsonfile import load_json
+from pyinit.jsonfile import load_json, read_input_text
 from pyinit.run.steps import phase
 
 STATE_VERSION = 1
@@ -66,7 +66,7 @@ def shard_paths(
 def _manifest_shards(folder: Path) -> tuple[list[str], int, str]:
     manifest = folder / MANIFEST
     try:
-        text = manifest.read_text(encoding="utf-8", errors="surrogateescape")
+        text = read_input_text(manifest)
     except FileNotFoundError:
         raise InputError(
             f"no {MANIFEST}: not a whole set of shards (an interrupted `pyinit shard`? run it "
@@ -107,6 +107,18 @@ def check_whole_set(headers: list[ShardHeader], runs: dict[str, tuple[int, str]]
         if header.run_id != first.run_id:
             raise InputError(
                 f"{header.path} and {first.path} come from different `pyinit shard` runs"
+            )
+        if header.shard_count != first.shard_count:
+            raise InputError(
+                f"its header says the set has {header.shard_count} shards, "
+                f"{first.path}'s says {first.shard_count}: a damaged or edited shard",
+                file=header.path,
+            )
+    for header in headers:
+        if not 0 <= header.shard_index < header.shard_count:
+            raise InputError(
+                f"its header says it is shard {header.shard_index} of {header.shard_count}",
+                file=header.path,
             )
     counts = Counter(h.shard_index for h in headers)  # linear: a set may hold 65,536 shards
     duplicates = sorted(index for index, seen in counts.items() if seen > 1)

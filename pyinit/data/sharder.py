@@ -17,6 +17,7 @@ import hashlib
 import os
 import resource
 import time
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -251,7 +252,8 @@ def _records(
                 if len(summary.skipped_examples) < 5:
                     summary.skipped_examples.append(where)
                 yield None, b"", source.consumed(raw)
-        except (gzip.BadGzipFile, EOFError) as e:
+        except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+            # zlib.error: a deflate stream with bytes zeroed or cut inside it.
             raise InputError(f"{path}: damaged gzip stream: {e}") from None
     finally:
         source.close()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pyinit import _native
 from pyinit.errors import InputError
+from pyinit.jsonfile import read_input
 from pyinit.nccl.tuning import Tuning
 from pyinit.nvml import NvmlView
 from pyinit.topology import Topology, scan
@@ -26,7 +27,7 @@ def resolve_hostfile(path: str) -> str:
     (a name that expands to several hosts becomes a comma list on its line).
     Raises ``InputError`` naming the file and line for bad content, ``OSError``
     when the file cannot be read."""
-    raw = Path(path).read_bytes()
+    raw = read_input(path)
     lines = []
     for number, line_bytes in enumerate(raw.splitlines(), start=1):
         try:

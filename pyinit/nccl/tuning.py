@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from pyinit.errors import InputError
-from pyinit.jsonfile import load_json, write_text
+from pyinit.jsonfile import load_json, read_input_text, write_text
 
 TABLE_FORMAT = 1
 TABLE_NAME = "nccl-tuning.json"
@@ -521,7 +521,7 @@ def read_table(path: str | os.PathLike[str]) -> Tuning:
     read."""
     from pyinit import _native
 
-    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    text = read_input_text(path)
     tuning = Tuning.from_dict(load_json(text, str(path)), str(path))
     _native.tuning_table_rules(text, str(path))  # the plugin's own reader
     return tuning
