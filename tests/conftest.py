@@ -54,9 +54,8 @@ def fresh_8gpu(tmp_path) -> sysfs_fixtures.SysfsTree:
 
 
 def run(cmd: list[str | os.PathLike], **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(c) for c in cmd], capture_output=True, text=True, timeout=60, **kwargs
-    )
+    kwargs.setdefault("timeout", 60)
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kwargs)
 
 
 def run_json(cmd: list[str | os.PathLike]) -> tuple[int, dict]:

@@ -7,6 +7,7 @@ command gets the same treatment by adding rows."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -31,6 +32,18 @@ NON_UTF8 = os.fsdecode(b"/tmp/pod-init-\xff\xfe-root")
 # lent 2xH200, {NAME} a file written from the files column; "pod-init" and
 # "pyinit" are the installed executables, "build" initramfs/build.
 BIG_LIST = {"hosts": b"10.[0-255].[0-255].[0-255]\n"}
+# 20,000 bracket groups on one 60 KB line: the expansion once recursed per group (exit 139).
+DEEP_LIST = {"hosts": b"10.0.0.1" + b"[1]" * 20_000 + b"\n"}
+FIFO = None  # in the files column: a FIFO with no writer, which must be refused, not waited on
+ZEROED_GZ = {"in.jsonl.gz": gzip.compress(b'{"text": "hello"}\n' * 2000)[:40] + bytes(400)}
+
+
+def events(*lines: str) -> dict[str, bytes]:
+    """A run folder's event log of these lines (after a valid start event)."""
+    return {"events.jsonl": ('{"event": "start", "boottime": 1.0}\n' + "\n".join(lines) + "\n"
+                             ).encode()}  # fmt: skip
+
+
 BINARY = {"bin": bytes(range(256)) * 4}
 SHARD_IN = {"in.jsonl": b'{"text": "hello"}\n{"text": "world"}\n'}
 RUN = ["pyinit", "run", "--run-dir", "{tmp}/run"]
@@ -127,6 +140,41 @@ BAD_INPUT = [
      "expected SRC:/absolute/destination"),
     (["build-root", "--out", "{tmp}/out", "--extra", "nosuch"], {}, 2,
      "--extra nosuch: pod-init has no such extra"),
+    # The second sweep (crashes, hangs, wrong shapes).
+    (["pod-init", "nccl", "--sysfs-root", "{sys}", "--out", "{tmp}/out", "--hostfile", "{hosts}"],
+     DEEP_LIST, 2, "expands to names longer than 255 characters"),
+    (["pyinit", "nccl", "--sysfs-root", "{sys}", "--out", "{tmp}/out", "--hostfile", "{hosts}"],
+     DEEP_LIST, 2, "expands to names longer than 255 characters"),
+    (["pod-init", "nccl", "--sysfs-root", "{sys}", "--out", "{tmp}/out", "--hostfile", "{f}"],
+     {"f": FIFO}, 2, "{f}: not a regular file (a FIFO, pipe or device)"),
+    (["pod-init", "nccl", "--sysfs-root", "{sys}", "--out", "{tmp}/out", "--hints", "{f}"],
+     {"f": FIFO}, 2, "{f}: not a regular file (a FIFO, pipe or device)"),
+    (["pyinit", "nccl", "--sysfs-root", "{sys}", "--out", "{tmp}/out", "--hostfile", "{f}"],
+     {"f": FIFO}, 2, "{f}: not a regular file (a FIFO, pipe or device)"),
+    ([*RUN, "--hostfile", "{f}", "--", "{ok}"], {"f": FIFO, "ok": b"pass\n"}, 2,
+     "{f}: not a regular file (a FIFO, pipe or device)"),
+    (["pyinit", "monitor", "--once", "--thresholds", "{f}"], {"f": FIFO}, 2,
+     "{f}: not a regular file (a FIFO, pipe or device)"),
+    (["pyinit", "topo", "--nvml-replay", "{f}"], {"f": FIFO}, 2,
+     "{f}: not a regular file (a FIFO, pipe or device)"),
+    (["pyinit", "timeline", "{tmp}"], {"events.jsonl": FIFO}, 2,
+     "{tmp}/events.jsonl: not a regular file"),
+    (["pyinit", "shard", "{tmp}/in.jsonl.gz", "--out", "{tmp}/out", "--shards", "1"], ZEROED_GZ, 2,
+     "{tmp}/in.jsonl.gz: damaged gzip stream"),
+    (["pyinit", "timeline", "{tmp}"], events('{"event": "phase", "start": 1, "end": 2}'), 2,
+     "{tmp}/events.jsonl:2: a phase event needs a name"),
+    (["pyinit", "timeline", "{tmp}"], events('{"event": "phase", "name": "x", "end": 2}'), 2,
+     "{tmp}/events.jsonl:2: a phase event needs start and end"),
+    (["pyinit", "timeline", "{tmp}"], events('{"event": "phase", "name": "x", "start": "1", '
+     '"end": 2}'), 2, "{tmp}/events.jsonl:2: start must be a finite number of seconds, not '1'"),
+    (["pyinit", "timeline", "{tmp}"], events('{"event": "phase", "name": "x", "start": 1e999, '
+     '"end": 2}'), 2, "start must be a finite number of seconds, not inf"),
+    (["pyinit", "report", "{tmp}"], events('{"event": "phase", "name": "x", "start": 1, '
+     '"end": 2, "rank": [0]}'), 2, "{tmp}/events.jsonl:2: rank must be a whole number"),
+    (["pyinit", "report", "{tmp}"], events('{"event": "end", "status": 0}'), 2,
+     "{tmp}/events.jsonl:2: an end event needs its boottime"),
+    (["pyinit", "report", "{tmp}"], events('{"event": "end", "boottime": "9"}'), 2,
+     "{tmp}/events.jsonl:2: boottime must be a finite number of seconds"),
 ]  # fmt: skip
 
 
@@ -146,7 +194,10 @@ def test_bad_input_is_one_line_and_no_output(words, files, status, message, pod_
                                              h200x2_tree, tmp_path):  # fmt: skip
     fill = {"tmp": str(tmp_path), "sys": str(h200x2_tree)}
     for name, data in files.items():
-        (tmp_path / name).write_bytes(data)
+        if data is FIFO:
+            os.mkfifo(tmp_path / name)
+        else:
+            (tmp_path / name).write_bytes(data)
         fill[name] = str(tmp_path / name)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "SLURM_"))}
     proc = subprocess.run(command_line(words, fill, pod_init_bin), capture_output=True,
@@ -294,11 +345,15 @@ def test_kill_9_of_pyinit_run_leaves_nothing_running(pyinit_bin, tmp_path):
         assert time.monotonic() < deadline, "the workers did not start"
         time.sleep(0.2)
     time.sleep(1)
-    descendants = children_of(proc.pid)
+    kill_9_leaves_nothing(proc)
+
+
+def kill_9_leaves_nothing(proc: subprocess.Popen) -> None:
+    """kill -9 of proc: within 20 s, none of its descendants runs any more."""
+    alive = children_of(proc.pid)
     proc.kill()
     proc.wait()
     deadline = time.monotonic() + 20
-    alive = descendants
     while alive and time.monotonic() < deadline:
         time.sleep(0.2)
         alive = {p for p in alive if Path(f"/proc/{p}").exists() and not zombie(p)}

@@ -366,3 +366,23 @@ def test_channel_variants_are_tried_for_the_pair_that_wins_most_sizes():
     })  # fmt: skip
     assert _best_pair(timings, "allreduce", 0) == Candidate(0, "ring", "simple")
     assert _best_pair(timings, "allreduce", 32) is None  # nothing forced under that bound
+
+
+def test_a_table_with_sizes_that_wrap_or_values_that_inject_is_refused(h200x2_tree, tmp_path):
+    """ranks 4294967298 once wrapped to 2 and was used for a 2-rank
+    communicator; an env value with a newline added a line to nccl.env; a
+    FIFO in the cache blocked --tune and pyinit run."""
+    tuning = choose(sweep(**{"ctas=32": lambda s: 1.05}), KEY)
+    for ranks in (4294967298, -4294967294):
+        document = {**tuning.to_dict(), "ranks": ranks}
+        (tmp_path / "wrapped.json").write_text(json.dumps(document))
+        with pytest.raises(InputError, match=r"wrapped\.json: ranks must be from 1 to 16777216"):
+            read_table(tmp_path / "wrapped.json")
+    tuning.env = {"NCCL_MIN_CTAS": "32\nLD_PRELOAD=/tmp/evil.so"}
+    with pytest.raises(InputError, match="the tuning table: NCCL_MIN_CTAS holds a newline"):
+        configure(str(h200x2_tree), out_dir=str(tmp_path / "out"), tuning=tuning, environment={})
+    assert not (tmp_path / "out").exists()
+    os.mkfifo(tmp_path / f"{KEY.id}.json")
+    with pytest.raises(InputError, match="not a regular file"):
+        read_table(tmp_path / f"{KEY.id}.json")
+    assert cached(KEY, tmp_path) is None  # measured again, never waited on

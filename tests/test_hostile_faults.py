@@ -1,0 +1,397 @@
+"""The second hostile sweep's fault cases, beside test_hostile.py's table:
+crashes (a deep host list, a file shrinking under the page-cache reader, a
+background save never waited for, a full disk under the run folder, a writer
+shared by threads), silent losses, injections into nccl.env, and verdicts a
+hostile peer or log could once turn. Each asserts the exit status, the one
+line, no traceback, nothing half-written and nothing left running."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import fill, run
+from test_hostile import children_of, kill_9_leaves_nothing, zombie
+
+TRAIN_STEPS = """
+import torch
+model = torch.nn.Linear(4, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range({steps}):
+    opt.zero_grad()
+    model(torch.ones(2, 4)).sum().backward()
+    opt.step()
+print("trained", flush=True)
+"""
+
+
+def one_clean_line(proc: subprocess.CompletedProcess) -> str:
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert not any(c < " " and c not in "\n" for c in proc.stderr), repr(proc.stderr)
+    return proc.stderr
+
+
+@pytest.mark.parametrize("nodelist", ["10.0.0.1" + "[1]" * 20_000, "n[0-9]" * 6])
+def test_a_hostile_slurm_node_list_is_one_line_not_a_crash(pyinit_bin, tmp_path, nodelist):
+    script = tmp_path / "ok.py"
+    script.write_text("pass\n")
+    env = {**os.environ, "SLURM_JOB_NODELIST": nodelist, "SLURM_NODEID": "0"}
+    proc = run([pyinit_bin, "run", "--run-dir", tmp_path / "run", "--", script], env=env)
+    assert proc.returncode == 2, proc.stderr  # once 139, a segfault
+    assert "expands to" in one_clean_line(proc)
+    assert len(proc.stderr) < 600 and not (tmp_path / "run").exists()
+
+
+def test_control_bytes_of_a_node_list_are_escaped(pyinit_bin, tmp_path):
+    script = tmp_path / "ok.py"
+    script.write_text("pass\n")
+    env = {**os.environ, "SLURM_JOB_NODELIST": "a[1-2]\x1b[31m", "SLURM_NODEID": "0"}
+    proc = run([pyinit_bin, "run", "--run-dir", tmp_path / "run", "--", script], env=env)
+    assert proc.returncode == 2
+    assert "\\x1b[31m" in one_clean_line(proc)
+
+
+def test_the_page_cache_reader_survives_a_file_shrinking_under_it(tmp_path):
+    """mincore() said resident, then the copy from the mapping met a page past
+    the new end: SIGBUS. The copies are preads now: ENODATA, as page_cache=False."""
+    data = tmp_path / "data"
+    data.write_bytes(os.urandom(1 << 20))
+    code = f"""
+import errno, os, threading, time
+from pyinit.io import DirectReader
+path = {str(data)!r}
+open(path, "rb").read()  # resident
+reader = DirectReader(path, page_cache=True)  # opened whole: every window below is valid
+stop = time.monotonic() + 2
+def shrink():
+    fd = os.open(path, os.O_RDWR)
+    while time.monotonic() < stop:
+        os.ftruncate(fd, 4096)
+        os.ftruncate(fd, 1 << 20)
+threading.Thread(target=shrink).start()
+errors = set()
+with reader:
+    while time.monotonic() < stop:
+        try:
+            reader.read_batch([4096 * i for i in range(1, 200)], 4096)
+        except OSError as e:
+            errors.add(e.errno)
+print(sorted(errors - {{errno.ENODATA}}))
+"""
+    proc = run([sys.executable, "-c", code], timeout=60)
+    assert proc.returncode == 0, f"status {proc.returncode}: {proc.stderr}"  # -7: SIGBUS
+    assert proc.stdout.strip() == "[]", proc.stdout
+
+
+def test_a_writer_belongs_to_its_thread(tmp_path):
+    from pyinit.io import DirectWriter
+
+    target = tmp_path / "out.bin"
+    writer = DirectWriter(target, queue_depth=4)
+    writer.write(b"x" * 5000)
+    errors: list[BaseException] = []
+
+    def other() -> None:
+        for call in (lambda: writer.write(b"y" * 10), writer.commit, writer.abort):
+            try:
+                call()
+            except ValueError as e:
+                errors.append(e)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join()
+    assert len(errors) == 3
+    assert all(f"{target}: " in str(e) and "belongs to the thread that made it" in str(e)
+               for e in errors)  # fmt: skip
+    writer.commit()  # the owner's writes were never disturbed
+    assert target.read_bytes() == b"x" * 5000
+
+
+def test_a_writer_hammered_from_threads_refuses_them_and_does_not_crash(tmp_path):
+    code = f"""
+import threading
+from pyinit.io import DirectWriter
+w = DirectWriter({str(tmp_path / "out.bin")!r}, queue_depth=2)
+refused = []
+def hammer():
+    for _ in range(200):
+        try:
+            w.write(b"z" * (1 << 16))
+        except ValueError:
+            refused.append(1)
+threads = [threading.Thread(target=hammer) for _ in range(4)]
+for t in threads: t.start()
+for _ in range(200): w.write(b"a" * (1 << 16))
+for t in threads: t.join()
+w.commit()
+print(len(refused))
+"""
+    proc = run([sys.executable, "-c", code], timeout=120)
+    assert proc.returncode == 0, proc.stderr  # once SIGSEGV or "free(): invalid pointer"
+    assert proc.stdout.strip() == "800"
+    assert (tmp_path / "out.bin").read_bytes() == b"a" * (200 << 16)
+
+
+def save_script(path: Path, target: Path) -> None:
+    path.write_text(f"""
+import torch
+from pyinit import checkpoint
+checkpoint.save({{"w": torch.arange(1 << 20, dtype=torch.float32)}}, {str(target)!r},
+                background=True)
+print("left without waiting", flush=True)
+""")
+
+
+def test_a_background_save_never_waited_for_is_written_before_exit(tmp_path):
+    script, target = tmp_path / "save.py", tmp_path / "ckpt" / "model.safetensors"
+    target.parent.mkdir()
+    save_script(script, target)
+    proc = run([sys.executable, script], timeout=120)
+    assert proc.returncode == 0, proc.stderr  # once 134: "terminate called ..."
+    from pyinit import checkpoint
+
+    assert checkpoint.load(target)["w"][-1].item() == (1 << 20) - 1
+
+
+@pytest.mark.slow
+def test_under_pyinit_run_a_background_save_is_written_or_its_failure_said(pyinit_bin, tmp_path):
+    script, target = tmp_path / "save.py", tmp_path / "ckpt" / "model.safetensors"
+    target.parent.mkdir()
+    save_script(script, target)
+    proc = run([pyinit_bin, "run", "--nproc-per-node", "1", "--monitor-interval", "0",
+                "--run-dir", tmp_path / "run", "--", script], timeout=180)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert target.is_file()  # once exit 0 and no file
+    # A save that fails in its thread and is never waited for: one line, exit 1.
+    save_script(script, tmp_path / "no-such-folder" / "model.safetensors")
+    proc = run([pyinit_bin, "run", "--nproc-per-node", "1", "--monitor-interval", "0",
+                "--run-dir", tmp_path / "run2", "--", script], timeout=180)  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert "model.safetensors: the background save failed: " in proc.stderr
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_a_full_disk_under_the_run_folder_does_not_stop_training(
+    small_filesystem, pyinit_bin, tmp_path
+):
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN_STEPS.format(steps=3000))
+    run_dir = small_filesystem / "run"
+    proc = subprocess.Popen([pyinit_bin, "run", "--nproc-per-node", "1", "--monitor-interval",
+                             "0", "--run-dir", run_dir, "--", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 120
+    steps = run_dir / "steps" / "rank-0.bin"
+    while not (steps.exists() and steps.stat().st_size > 0):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    fill(small_filesystem)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err  # once ENOSPC out of optimizer.step()
+    assert "trained" in out
+    assert "Traceback" not in err
+    lost = [line for line in err.splitlines() if "step records of" in line]
+    assert len(lost) == 1 and "No space left on device; training goes on" in lost[0], err
+    assert len(steps.read_bytes()) % 40 == 0  # whole records only
+    (small_filesystem / "filler").unlink()
+    report = run([pyinit_bin, "report", run_dir, "--out", tmp_path / "report.html"])
+    assert report.returncode == 0, report.stderr
+    assert "rank 0's step records stop (attempt 0 from step" in report.stdout, report.stdout
+
+
+LEAVER = """
+import os, subprocess, sys, time
+sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+subprocess.Popen(sleeper)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv(sys.executable, sleeper)
+    os._exit(0)
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["script", "program"])
+def test_kill_9_of_pyinit_run_leaves_no_child_of_the_script(pyinit_bin, tmp_path, kind):
+    """A subprocess, a double-forked setsid daemon, a --no-python program:
+    all re-parent to the pod-init between pyinit run and torchrun, which
+    KILLs them when pyinit run dies."""
+    script = tmp_path / "leaver.py"
+    script.write_text(LEAVER)
+    program = ["--no-python", "--", sys.executable, str(script)]
+    target = program if kind == "program" else ["--", str(script)]
+    proc = subprocess.Popen([pyinit_bin, "run", "--nproc-per-node", "1", "--monitor-interval",
+                             "0", "--run-dir", tmp_path / "run", *target],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 60
+    # pod-init, torchrun, the worker (and the program), the script's two sleepers
+    while sum("time.sleep(600)" in cmdline(p) for p in children_of(proc.pid)) < 2:
+        assert time.monotonic() < deadline, "the script's children did not start"
+        time.sleep(0.2)
+    kill_9_leaves_nothing(proc)
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def test_pod_init_ends_what_the_command_left_after_the_grace(pod_init_bin, tmp_path):
+    """tini leaves a TERM-ignoring grandchild running after it exits; pod-init,
+    its subreaper, ends it: TERM, the grace, KILL."""
+    marker = tmp_path / "pid"
+    script = f"""
+import os, signal, time
+if os.fork() == 0:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    open({str(marker)!r}, "w").write(str(os.getpid()))
+    time.sleep(600)
+while not os.path.exists({str(marker)!r}):
+    time.sleep(0.01)
+"""
+    began = time.monotonic()
+    proc = run([pod_init_bin, "--grace", "1", "--", sys.executable, "-c", script], timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert 1 <= time.monotonic() - began < 10
+    pid = int(marker.read_text())
+    assert not Path(f"/proc/{pid}").exists() or zombie(pid)
+
+
+def test_nccl_env_is_quoted_for_the_shell(pod_init_bin, h200x2_tree, tmp_path):
+    pwned = tmp_path / "PWNED"
+    out = tmp_path / f"run dir $(touch {pwned}) 'q'"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
+    made = run([pod_init_bin, "nccl", "--sysfs-root", h200x2_tree, "--out", out], env=env)
+    assert made.returncode == 0, made.stderr
+    shown = run(["sh", "-c", 'set -a; . "$1"; printf %s "$NCCL_TOPO_FILE"', "sh",
+                 out / "nccl.env"], env=env)  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert not pwned.exists(), "sourcing nccl.env ran a command"
+    assert shown.stdout == str(out / "nccl-topo.xml")
+    # Plain values stay bare, as NCCL's own reader of /etc/nccl.conf needs them.
+    assert "NCCL_SOCKET_IFNAME==" in (out / "nccl.env").read_text()
+
+
+@pytest.mark.parametrize("tool", ["pod-init", "pyinit"])
+def test_a_newline_in_an_nccl_value_is_refused(tool, pod_init_bin, pyinit_bin, h200x2_tree,
+                                               tmp_path):  # fmt: skip
+    binary = pod_init_bin if tool == "pod-init" else pyinit_bin
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
+    env["NCCL_SOCKET_IFNAME"] = "eth0\nLD_PRELOAD=/tmp/evil.so"
+    proc = run([binary, "nccl", "--sysfs-root", h200x2_tree, "--out", tmp_path / "out"], env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert "the environment: NCCL_SOCKET_IFNAME holds a newline or NUL byte" in one_clean_line(
+        proc)  # fmt: skip
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("answer", [b"stall {bad\n", b"stall [1, 2]\n", b'stall {"count": "x"}\n',
+                                    b"stall \xff\n", b"alive\n", b""])  # fmt: skip
+def test_a_peer_answering_garbage_is_no_stall(answer):
+    from pyinit.run.launcher import Liveness
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    own = Liveness("127.0.0.1", 0)
+    own.port = port
+    try:
+        assert own.new_peer_stalls(["127.0.0.2", "127.0.0.1"], 0) == []
+    finally:
+        own.close()
+        server.close()
+
+
+def test_a_peer_stall_verdict_is_taken():
+    from pyinit.run.launcher import _stall_verdict
+
+    assert _stall_verdict(b'stall {"count": 2, "causes": []}\n') == {"count": 2, "causes": []}
+
+
+def test_the_liveness_port_binds_ipv6():
+    from pyinit.run.launcher import Liveness
+
+    if not socket.has_ipv6:
+        pytest.skip("this kernel has no IPv6")
+    try:
+        own = Liveness("::1", 0)
+    except OSError as e:
+        pytest.skip(f"no ::1 here: {e}")
+    own.close()
+
+
+def test_check_says_critical_over_unknown(pyinit_bin, tmp_path):
+    """One probe hung and an Xid 79: the node is drained (2), not UNKNOWN (3)."""
+    import sysfs_fixtures
+
+    tree = sysfs_fixtures.build_h200x2(tmp_path / "sys").root
+    block = tree / "class" / "block" / "nvme0n1"
+    block.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(block / "ro")  # the NVMe probe blocks in its read
+    log = tmp_path / "dmesg.txt"
+    log.write_text(
+        "NVRM: Xid (PCI:0000:9a:00): " + "9" * 5000 + ", pid=1, bogus\n"
+        "NVRM: Xid (PCI:0000:9a:00): 79, pid=1234, GPU has fallen off the bus.\n"
+    )
+    replay = Path(__file__).parent / "data" / "h200x2-nvml.json"
+    proc = run([pyinit_bin, "check", "--sysfs-root", tree, "--nvml-replay", replay, "--kmsg", log,
+                "--deadline", "1"])  # fmt: skip
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert lines[0].startswith("POD-INIT CHECK CRITICAL"), lines[0]
+    assert any("XID_79" in line for line in lines)
+    assert any("PROBE_TIMEOUT" in line for line in lines)
+
+
+def test_read_batch_past_the_end_is_a_value_error_not_a_huge_allocation(tmp_path):
+    from pyinit.io import DirectReader
+
+    data = tmp_path / "data"
+    data.write_bytes(bytes(8192))
+    with DirectReader(data) as reader, pytest.raises(ValueError, match="past the end"):
+        reader.read_batch([0], 2**62)
+
+
+def test_a_shard_whose_header_disagrees_with_its_set_is_refused(tmp_path):
+    from pyinit.data import TokenShardDataset, shard
+    from pyinit.data.shard_format import _LAYOUT
+
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"text": f"doc {i} " * 30}) + "\n" for i in range(200)))
+    shard([str(source)], str(tmp_path / "s"), 3)
+    victim = tmp_path / "s" / "shard-00001-of-00003.tok"
+    raw = bytearray(victim.read_bytes())
+    fields = list(_LAYOUT.unpack_from(raw))
+    assert fields[8:10] == [1, 3]  # shard_index, shard_count
+    fields[9] = 5
+    _LAYOUT.pack_into(raw, 0, *fields)
+    victim.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match="says the set has 5 shards"):
+        TokenShardDataset(tmp_path / "s", 8, 0, 1)
+
+
+def test_printable_escapes_what_a_terminal_would_act_on():
+    from pyinit.errors import printable
+
+    assert printable("a\x1b[31mb\tc\x7f") == "a\\x1b[31mb\\x09c\\x7f"
+    assert printable(os.fsdecode(b"x\xffy")) == "x\\xffy"
+    assert printable("ünïcode ✓") == "ünïcode ✓"
