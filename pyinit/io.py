@@ -59,13 +59,6 @@ from pyinit.errors import InputError
 BACKENDS = ("auto", "io_uring", "pread")
 
 
-def _checked_path(path: str | os.PathLike[str]) -> str:
-    name = os.fspath(path)
-    if "\0" in name:  # the kernel would stop at it and open another file
-        raise ValueError(f"{name!r}: a path with a NUL byte")
-    return name
-
-
 def aligned_empty(shape: int | tuple[int, ...], dtype: Any = np.uint8) -> np.ndarray:
     """An uninitialised array whose memory starts on a page boundary, so
     ``read_into`` and ``read_batch(out=...)`` can read straight into it (numpy's
@@ -94,7 +87,7 @@ class DirectWriter(_native.DirectWriter):
     """
 
     def __init__(self, path: str | os.PathLike[str], size: int = 0, queue_depth: int = 32):
-        super().__init__(_checked_path(path), size, queue_depth)
+        super().__init__(os.fspath(path), size, queue_depth)
 
     def __enter__(self) -> DirectWriter:
         return self
@@ -205,9 +198,9 @@ class DirectReader(_native.DirectReader):
         page_cache: bool = False,
     ):
         if isinstance(path, (str, os.PathLike)):
-            paths: str | list[str] = _checked_path(path)
+            paths: str | list[str] = os.fspath(path)
         else:
-            paths = [_checked_path(p) for p in path]
+            paths = [os.fspath(p) for p in path]
         super().__init__(paths, queue_depth, backend, bool(page_cache))
         self._backend_choice = backend
         if not self.direct:

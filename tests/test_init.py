@@ -121,6 +121,16 @@ def test_commands_that_cannot_start(pod_init_bin, tmp_path):
     assert subprocess.run([pod_init_bin, "--"], capture_output=True).returncode == 2
 
 
+def test_a_child_that_fails_before_its_exec_says_why():
+    """The child once exited 126 without a word when PR_SET_PDEATHSIG failed."""
+    from pyinit import _native
+
+    lines: list[str] = []
+    code = _native.supervise(["true"], {}, parent_death_signal=999, on_log=lines.append)
+    assert code == 126
+    assert lines == ["prctl(PR_SET_PDEATHSIG) before running 'true': Invalid argument"]
+
+
 def test_not_pid_1_it_is_a_subreaper_for_orphans(pod_init_bin, tmp_path):
     # The orphan's parent once its own parent has exited: pod-init, not the system's init.
     pid_file = tmp_path / "orphan.pid"

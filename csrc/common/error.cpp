@@ -72,4 +72,10 @@ std::string errno_text(int err) {
   return strerror_r(err, buf, sizeof buf);
 }
 
+void check_path(const std::string& path) {
+  if (path.find('\0') != std::string::npos) {
+    throw InputError(path, 0, "a path with a NUL byte (the kernel would open another file)");
+  }
+}
+
 }  // namespace pod_init

@@ -42,6 +42,10 @@ class InputError : public std::runtime_error {
   std::string message_;
 };
 
+// InputError for a path holding a NUL byte: the kernel would stop at it and
+// open another file than the one named.
+void check_path(const std::string& path);
+
 // "EPERM", "ENOENT", ...; "E<number>" for values without a symbolic name here.
 std::string errno_name(int err);
 // "Operation not permitted" (thread-safe strerror).

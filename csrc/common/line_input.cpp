@@ -39,6 +39,7 @@ int read_input_file(const std::string& path, std::string* out, size_t limit) {
 }
 
 std::string load_input_file(const std::string& path, size_t limit) {
+  check_path(path);
   std::string text;
   int rc = read_input_file(path, &text, limit);
   if (rc == -EINVAL) {

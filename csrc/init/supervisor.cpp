@@ -50,20 +50,42 @@ sigset_t supervised_signals() {
   return set;
 }
 
+// What the child tells the supervisor before it execs (or fails to): the
+// step and its errno. The pipe closes on exec, so a supervisor that reads no
+// record knows the command runs.
+struct ChildReport {
+  int step;  // index into kChildSteps
+  int err;
+};
+constexpr const char* kChildSteps[] = {"exec", "prctl(PR_SET_PDEATHSIG)", "setpgid", "tcsetpgrp"};
+
+// Only async-signal-safe calls from here to the exec: the caller may have threads.
+void report_child(int report_fd, int step, int err) {
+  ChildReport report{step, err};
+  ssize_t ignored = write(report_fd, &report, sizeof report);
+  (void)ignored;
+}
+
 [[noreturn]] void exec_child(const SupervisorOptions& options, const sigset_t& supervised,
                              pid_t parent, int report_fd) {
-  if (options.parent_death_signal != 0 &&
-      die_with_parent(options.parent_death_signal, parent) < 0) {
-    _exit(126);
+  if (options.parent_death_signal != 0) {
+    if (int rc = die_with_parent(options.parent_death_signal, parent); rc < 0) {
+      report_child(report_fd, 1, -rc);
+      _exit(126);
+    }
   }
   // The caller may have blocked these for every thread; the command must not inherit that.
   sigprocmask(SIG_UNBLOCK, &supervised, nullptr);
   if (options.process_group) {
-    setpgid(0, 0);
+    if (setpgid(0, 0) != 0) {
+      report_child(report_fd, 2, errno);
+      _exit(126);
+    }
     if (isatty(STDIN_FILENO)) {
-      // A background group may not take the terminal without this.
+      // A background group may not take the terminal without this. Not fatal:
+      // the command runs, without the terminal's signals (said by the supervisor).
       signal(SIGTTOU, SIG_IGN);
-      tcsetpgrp(STDIN_FILENO, getpid());
+      if (tcsetpgrp(STDIN_FILENO, getpid()) != 0) report_child(report_fd, 3, errno);
       signal(SIGTTOU, SIG_DFL);
     }
   }
@@ -85,8 +107,7 @@ sigset_t supervised_signals() {
     execvpe(argv[0], argv.data(), envp.data());
   }
   int err = errno;
-  ssize_t ignored = write(report_fd, &err, sizeof err);
-  (void)ignored;
+  report_child(report_fd, 0, err);
   _exit(err == ENOENT || err == ENOTDIR ? 127 : 126);
 }
 
@@ -135,18 +156,23 @@ int supervise(const SupervisorOptions& options) {
   }
   if (child == 0) exec_child(options, set, parent, report[1]);
   // Also here, so no signal can reach the group before the child made it.
-  if (options.process_group) setpgid(child, child);
+  // EACCES: the child has exec'd already, having made the group itself.
+  if (options.process_group && setpgid(child, child) != 0 && errno != EACCES) {
+    log(std::string("setpgid of the command: ") + errno_text(errno));
+  }
   const pid_t target = options.process_group ? -child : child;
   close(report[1]);
-  int exec_errno = 0;
-  ssize_t got;
-  do {
-    got = read(report[0], &exec_errno, sizeof exec_errno);
-  } while (got < 0 && errno == EINTR);
-  close(report[0]);
-  if (got == static_cast<ssize_t>(sizeof exec_errno)) {
-    log("cannot run '" + options.command[0] + "': " + errno_text(exec_errno));
+  for (;;) {
+    ChildReport told{};
+    ssize_t got = read(report[0], &told, sizeof told);
+    if (got < 0 && errno == EINTR) continue;
+    if (got != static_cast<ssize_t>(sizeof told)) break;  // EOF: the command runs
+    const std::string what = told.step == 0 ? "cannot run '" + options.command[0] + "'"
+                                            : std::string(kChildSteps[told.step]) +
+                                                  " before running '" + options.command[0] + "'";
+    log(what + ": " + errno_text(told.err));
   }
+  close(report[0]);
 
   uint64_t kill_at = 0;  // when a forwarded TERM/INT runs out of grace; 0: none pending
   int status = 0;

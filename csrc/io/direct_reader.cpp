@@ -53,6 +53,7 @@ DirectReader::DirectReader(std::vector<std::string> paths, int64_t queue_depth,
   register_atfork();
   try {
     for (const std::string& path : paths_) {
+      check_path(path);
       DirectFile file;
       int rc = open_direct(path, &file);
       if (rc < 0) throw SysError(-rc, "open", path);

@@ -86,6 +86,7 @@ DirectWriter::DirectWriter(std::string path, uint64_t expected_size, int64_t que
     throw InputError("", 0,
                      "queue_depth must be from 1 to 4096, not " + std::to_string(queue_depth));
   }
+  check_path(path_);
   if (path_.empty() || path_.back() == '/')
     throw InputError("", 0, "'" + path_ + "' names no file");
   depth_ = static_cast<unsigned>(queue_depth);
