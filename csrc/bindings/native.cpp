@@ -190,9 +190,9 @@ PYBIND11_MODULE(_native, m) {
       py::object type = py::module_::import("pyinit.errors").attr("InputError");
       // The message quotes what a user wrote: control bytes and bytes that are
       // not UTF-8 come as \xNN, as pod-init prints them.
-      py::object error = type(pod_init::printable(e.message()),
-                              py::arg("file") = pod_init::printable(e.file()),
-                              py::arg("line") = e.line());
+      py::object error =
+          type(pod_init::printable(e.message()), py::arg("file") = pod_init::printable(e.file()),
+               py::arg("line") = e.line());
       PyErr_SetObject(type.ptr(), error.ptr());
     }
   });
