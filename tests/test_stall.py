@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -33,6 +35,11 @@ JOB = textwrap.dedent("""
     first_attempt = os.environ["TORCHELASTIC_RESTART_COUNT"] == "0"
     for step in range(1, 31):
         if rank == stalling and step == 6 and first_attempt:
+            if how == "mute":  # asleep, and deaf to the stack request: the watch waits it out
+                import signal
+                from pyinit.run.progress import STACK_SIGNAL
+                signal.signal(STACK_SIGNAL, signal.SIG_IGN)
+                time.sleep(3600)
             if how == "sleep":
                 time.sleep(3600)  # the stall: asleep in the loop
             while True:  # the stall: busy, never reaching the all-reduce rank 0 waits in
@@ -44,7 +51,7 @@ JOB = textwrap.dedent("""
         time.sleep(0.05)
     print(f"rank {rank} done after {step} steps", flush=True)
 """)
-SLEEP_LINE = next(i for i, line in enumerate(JOB.splitlines(), 1) if "time.sleep(3600)" in line)
+SLEEP_LINE = next(i for i, line in enumerate(JOB.splitlines(), 1) if "asleep in the loop" in line)
 
 
 def run_job(pyinit_bin, tmp_path, how, *options):
@@ -89,6 +96,31 @@ def test_a_sleeping_rank_is_named_with_its_stack_and_the_run_ends(pyinit_bin, tm
 
 
 @pytest.mark.slow
+def test_a_signal_is_acted_on_at_once_while_stacks_are_gathered(pyinit_bin, tmp_path):
+    """The watch once slept in the supervisor's tick for the stacks (2 s) and
+    the flight recorder (10 s), and signals waited; its ticks never block now."""
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    proc = subprocess.Popen(
+        [pyinit_bin, "run", "--nproc-per-node", "2", "--monitor-interval", "0", "--run-dir",
+         tmp_path / "run", "--stall-timeout", "3", "--", script, "mute"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    found = tmp_path / "run" / "stall-1"
+    deadline = time.monotonic() + 120
+    while not found.exists():
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.01)
+    sent = time.clock_gettime(time.CLOCK_BOOTTIME)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-2000:]
+    forwarded = next(e for e in events(tmp_path) if e["event"] == "signal")
+    assert forwarded["signal"] == "SIGTERM"
+    assert forwarded["boottime"] - sent < 0.1  # within a tick's work, not the stack wait
+
+
+@pytest.mark.slow
 def test_a_stalled_group_is_restarted_within_max_restarts(pyinit_bin, tmp_path):
     done = run_job(pyinit_bin, tmp_path, "spin", "--stall-timeout", "5", "--max-restarts", "1")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -128,6 +160,28 @@ def test_the_timeout_is_checked_before_anything_starts(pyinit_bin, tmp_path):
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert bad.returncode == 2 and "--stall-timeout" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_only_this_stalls_flight_recorder_dumps_count(tmp_path):
+    """A second stall, or a reused --run-dir, once read the old dumps and could
+    name the wrong rank; a user's TORCH_NCCL_DEBUG_INFO_TEMP_FILE was not
+    looked at. Dumps there before the stall was found are not its own."""
+    from pyinit.run.events import EventLog
+    from pyinit.run.stall import StallWatch, _Gathering
+
+    recorded = Path(__file__).parent / "data" / "flight-recorder" / "rank_0"
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "trace_0").write_bytes(recorded.read_bytes())  # an old dump
+    env = {"TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(mine / "trace_")}
+    watch = StallWatch(tmp_path, tmp_path, 5, 0, EventLog(tmp_path / "e.jsonl"), sys.stderr, env)
+    before = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in watch._dumps()}
+    assert list(before) == [mine / "trace_0"]
+    g = _Gathering(1, tmp_path, 0.0, [], [], {}, 0.0, 0.0, before, 1)
+    assert watch._new_dumps(g) == []
+    (mine / "trace_1").write_bytes(recorded.read_bytes())  # this stall's
+    assert watch._new_dumps(g) == [mine / "trace_1"]
+    assert read_flight_recorder(watch._new_dumps(g), "trace_").keys() == {1}
 
 
 def test_the_flight_recorder_says_who_is_behind(tmp_path):

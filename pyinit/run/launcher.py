@@ -461,7 +461,7 @@ def run(
             forwarded.append(sig)
 
         restarts = _RestartWatch(status_dir, log)
-        stalls = StallWatch(status_dir, folder, stall_timeout, nodes.rank, log, out,
+        stalls = StallWatch(status_dir, folder, stall_timeout, nodes.rank, log, out, env,
                             announce=liveness.report_stall if liveness else None)  # fmt: skip
         if liveness is not None and stall_timeout > 0:
             liveness.watch_peers(nodes.addresses, nodes.rank, stalls.peer_stall)
@@ -480,6 +480,7 @@ def run(
             parent_death_signal=signal.SIGKILL,
         )  # fmt: skip
         restarts.check()  # an attempt that began and ended between two looks
+        stalls.finish()  # a stall being looked into when the workers ended
         if monitor is not None:
             monitor.terminate()
             monitor.wait()

@@ -3,8 +3,9 @@ steps stopped is a named failure within the timeout, not 10-30 minutes of
 every other rank waiting in NCCL's watchdog.
 
 The watch runs in the supervisor's loop (four times a second) over the
-workers' progress files (see ``pyinit.run.progress``). When a live rank has
-made no step for the timeout since its last one, it
+workers' progress files (see ``pyinit.run.progress``), as a state machine
+whose ticks never wait. When a live rank has made no step for the timeout
+since its last one, it
 
 1. asks every local worker for its Python stacks (faulthandler, on
    STACK_SIGNAL) and, with NCCL, PyTorch's flight recorder dump (through the
@@ -22,13 +23,14 @@ made no step for the timeout since its last one, it
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import pickle
 import re
 import signal
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, NoReturn
 
@@ -41,13 +43,18 @@ PIPE_PREFIX = "flight-recorder-pipe-rank_"
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)')
 
 
+TEMP_FILE_ENV = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"
+PIPE_FILE_ENV = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"
+
+
 def flight_recorder_env(run_dir: Path, status_dir: Path) -> dict[str, str]:
-    """PyTorch's NCCL flight recorder on, dumped on request into RUN_DIR."""
+    """PyTorch's NCCL flight recorder on, dumped on request into RUN_DIR
+    (unless the user's environment names other places, which the watch then uses)."""
     (run_dir / "flight-recorder").mkdir(parents=True, exist_ok=True)
     return {
         "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
-        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(run_dir / "flight-recorder" / "rank_"),
-        "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": str(status_dir / PIPE_PREFIX),
+        TEMP_FILE_ENV: str(run_dir / "flight-recorder" / "rank_"),
+        PIPE_FILE_ENV: str(status_dir / PIPE_PREFIX),
     }
 
 
@@ -74,14 +81,15 @@ class _PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"{module}.{name} is not plain data")
 
 
-def read_flight_recorder(paths: list[Path]) -> dict[int, Traced]:
-    """Each dump (RUN_DIR/flight-recorder/rank_N) that reads as torch writes it."""
+def read_flight_recorder(paths: list[Path], prefix: str = "rank_") -> dict[int, Traced]:
+    """Each dump (PREFIX + rank, RUN_DIR/flight-recorder/rank_N by default)
+    that reads as torch writes it."""
     traced = {}
     for path in paths:
         try:
             with path.open("rb") as f:
                 entries = _PlainUnpickler(f).load()["entries"]
-            rank = int(path.name.removeprefix("rank_"))
+            rank = int(path.name.removeprefix(prefix))
         except (OSError, ValueError, KeyError, TypeError, pickle.UnpicklingError, EOFError):
             continue
         seqs = [e["collective_seq_id"] for e in entries]
@@ -111,9 +119,33 @@ def locate(dump: str) -> Where | None:
     return None
 
 
+@dataclass
+class _Gathering:
+    """A stall being looked into: what was asked, and what has come back."""
+
+    number: int
+    folder: Path
+    found: float  # CLOCK_BOOTTIME when the stall was found
+    live: list[Progress]
+    stalled: list[Progress]
+    stack_sizes: dict[int, int]  # each rank's stack file before it was asked
+    stacks_by: float  # time.monotonic() deadlines
+    recorder_by: float
+    recorder_before: dict[Path, tuple[int, int]]  # dumps there already: (mtime_ns, size)
+    asked: int  # ranks whose flight recorder was asked for a dump
+    dumps: dict[int, str] = field(default_factory=dict)
+    growing: dict[int, int] = field(default_factory=dict)  # stack sizes seen last tick
+
+
 class StallWatch:
+    """The stall watch, as a state machine the supervisor's tick drives: a
+    tick only reads the progress files, starts requests (stack signals,
+    flight recorder pipes) and checks what has come back and the deadlines;
+    it never sleeps, so a signal to pyinit run is acted on at once even
+    while stacks and dumps are being gathered."""
+
     def __init__(self, status_dir: Path, run_dir: Path, timeout_s: float, node: int,
-                 log: EventLog, out: IO[str],
+                 log: EventLog, out: IO[str], env: Mapping[str, str],
                  announce: Callable[[dict], None] | None = None):  # fmt: skip
         self._status_dir = status_dir
         self._run_dir = run_dir
@@ -121,9 +153,13 @@ class StallWatch:
         self._node = node
         self._log = log
         self._out = out
+        # Where torch writes its dumps and watches its pipes: the run's own, or the user's.
+        self._dump_prefix = Path(env.get(TEMP_FILE_ENV, run_dir / "flight-recorder" / "rank_"))
+        self._pipe_prefix = Path(env.get(PIPE_FILE_ENV, status_dir / PIPE_PREFIX))
         self._announce = announce  # tells the other nodes this node's verdict
         self._ended: set[int] = set()  # pids already ended for a stall
         self._peer_verdicts: list[dict] = []  # appended by the peer watcher's thread
+        self._gathering: _Gathering | None = None
         self.stalls = 0  # found here
         self.peer_stalls = 0  # found on other nodes, which ended this node's workers too
 
@@ -132,15 +168,25 @@ class StallWatch:
         self._peer_verdicts.append(verdict)
 
     def check(self) -> None:
+        """One tick: never blocks."""
         if self._timeout <= 0:
             return
         while self._peer_verdicts:
             self._peer(self._peer_verdicts.pop(0))
+        if self._gathering is not None:
+            self._advance(self._gathering)
+            return
         now = boottime()
         live = self._live()
         stalled = [p for p in live if p.steps > 0 and now - p.last_step >= self._timeout]
         if stalled:
-            self._end(live, stalled, now)
+            self._start(live, stalled, now)
+
+    def finish(self) -> None:
+        """The workers are gone (the run ended): a stall being looked into is
+        concluded with what has come back, nothing more will."""
+        if self._gathering is not None:
+            self._conclude(self._gathering)
 
     def _live(self) -> list[Progress]:
         """The ranks whose process lives and was not ended for a stall already."""
@@ -156,25 +202,62 @@ class StallWatch:
     def _peer(self, verdict: dict) -> None:
         """A peer's stall: logged here too, and this node's workers ended with it
         (they can only wait for the stalled rank)."""
-        causes = ", ".join(f"rank {c['rank']} at {c['where']}" for c in verdict["causes"])
+        causes = ", ".join(f"rank {c.get('rank')} at {c.get('where')}"
+                           for c in verdict.get("causes", []) if isinstance(c, dict))  # fmt: skip
         self.peer_stalls += 1
         self._log.write("peer_stall", peer=verdict)
-        print(f"pyinit run: stall on node {verdict['node']}: {causes or 'no cause found there'}",
-              file=self._out)  # fmt: skip
+        print(f"pyinit run: stall on node {verdict.get('node')}: "
+              f"{causes or 'no cause found there'}", file=self._out)  # fmt: skip
         self._kill(self._live())
 
-    def _end(self, live: list[Progress], stalled: list[Progress], now: float) -> None:
+    def _start(self, live: list[Progress], stalled: list[Progress], now: float) -> None:
+        """Asks for every local rank's stacks and, with NCCL, its flight
+        recorder; the answers are collected on later ticks."""
         self.stalls += 1
         folder = self._run_dir / f"stall-{self.stalls}"
         folder.mkdir(parents=True, exist_ok=True)
-        # The flight recorder first: torch's watchdog reads its pipes on its own
-        # schedule, so its dump is written while the stacks are collected.
-        requested = self._request_flight_recorder()
-        dumps = self._collect_stacks(live, folder)
-        recorded = self._wait_for_flight_recorder(requested)
-        where = {p.rank: locate(dumps.get(p.rank, "")) for p in stalled}
+        # Dumps already there (an earlier stall, a reused --run-dir, the user's
+        # folder) are not this stall's: only new or rewritten ones count.
+        before = {p: _stamp(p) for p in self._dumps()}
+        asked = self._request_flight_recorder()
+        sizes = {}
+        for p in live:
+            path = stack_path(self._status_dir, p.rank)
+            sizes[p.rank] = path.stat().st_size if path.exists() else 0
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, STACK_SIGNAL)
+        began = time.monotonic()
+        self._gathering = _Gathering(
+            self.stalls, folder, now, live, stalled, sizes, began + STACK_WAIT_S,
+            began + (FLIGHT_RECORDER_WAIT_S if asked else 0), before, asked)  # fmt: skip
+
+    def _advance(self, g: _Gathering) -> None:
+        for p in g.live:
+            if p.rank in g.dumps:
+                continue
+            path = stack_path(self._status_dir, p.rank)
+            size = path.stat().st_size if path.exists() else 0
+            # A dump is whole once it has grown and then stayed the same for a tick.
+            if size > g.stack_sizes[p.rank] and g.growing.get(p.rank) == size:
+                with path.open(errors="replace") as f:
+                    f.seek(g.stack_sizes[p.rank])
+                    g.dumps[p.rank] = f.read()
+            g.growing[p.rank] = size
+        now = time.monotonic()
+        stacks_done = len(g.dumps) == len(g.live) or now >= g.stacks_by
+        recorder_done = len(self._new_dumps(g)) >= g.asked or now >= g.recorder_by
+        if stacks_done and recorder_done:
+            self._conclude(g)
+
+    def _conclude(self, g: _Gathering) -> None:
+        self._gathering = None
+        for rank, text in g.dumps.items():
+            (g.folder / f"stack-rank{rank}.txt").write_text(text)
+        recorded = self._new_dumps(g)
+        stalled, now = g.stalled, g.found
+        where = {p.rank: locate(g.dumps.get(p.rank, "")) for p in stalled}
         causes = [p.rank for p in stalled if where[p.rank] is None or not where[p.rank].collective]
-        traced = read_flight_recorder(recorded)
+        traced = read_flight_recorder(recorded, self._dump_prefix.name)
         if traced and {p.rank for p in stalled} <= set(traced):
             # NCCL's calls return before the work is done, so the Python stack of a
             # rank that waits shows a synchronize, not the collective: the recorder
@@ -196,10 +279,10 @@ class StallWatch:
             for p in stalled
         ]  # fmt: skip
         self._log.write("stall", timeout_s=self._timeout, ranks=ranks, causes=causes,
-                        waiting=waiting, folder=str(folder),
+                        waiting=waiting, folder=str(g.folder),
                         flight_recorder=[str(p) for p in recorded])  # fmt: skip
         if self._announce is not None:
-            self._announce({"count": self.stalls, "node": self._node,
+            self._announce({"count": g.number, "node": self._node,
                             "causes": [r for r in ranks if r["rank"] in causes]})  # fmt: skip
         for p in stalled:
             place = where[p.rank]
@@ -208,37 +291,24 @@ class StallWatch:
             idle = now - p.last_step
             print(f"pyinit run: stall: rank {p.rank} (node {self._node}) made no step for "
                   f"{idle:.1f} s after step {p.steps}, {doing}", file=self._out)  # fmt: skip
-        print(f"pyinit run: stall: stacks in {folder}; ending the worker group", file=self._out)
-        self._kill(live)
+        print(f"pyinit run: stall: stacks in {g.folder}; ending the worker group", file=self._out)
+        self._kill(g.live)
 
-    def _collect_stacks(self, live: list[Progress], folder: Path) -> dict[int, str]:
-        """Each live rank's new faulthandler output, copied into `folder`."""
-        sizes = {}
-        for p in live:
-            path = stack_path(self._status_dir, p.rank)
-            sizes[p.rank] = path.stat().st_size if path.exists() else 0
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p.pid, STACK_SIGNAL)
-        deadline = time.monotonic() + STACK_WAIT_S
-        dumps: dict[int, str] = {}
-        while time.monotonic() < deadline and len(dumps) < len(live):
-            time.sleep(0.05)
-            for p in live:
-                path = stack_path(self._status_dir, p.rank)
-                if p.rank not in dumps and path.exists() and path.stat().st_size > sizes[p.rank]:
-                    time.sleep(0.05)  # let faulthandler finish writing
-                    with path.open(errors="replace") as f:
-                        f.seek(sizes[p.rank])
-                        dumps[p.rank] = f.read()
-        for rank, text in dumps.items():
-            (folder / f"stack-rank{rank}.txt").write_text(text)
-        return dumps
+    def _dumps(self) -> list[Path]:
+        folder, prefix = self._dump_prefix.parent, self._dump_prefix.name
+        return sorted(folder.glob(f"{glob.escape(prefix)}*")) if folder.is_dir() else []
+
+    def _new_dumps(self, g: _Gathering) -> list[Path]:
+        """This stall's dumps: written since it was found, not empty."""
+        return [p for p in self._dumps()
+                if _stamp(p) != g.recorder_before.get(p) and _stamp(p)[1] > 0]  # fmt: skip
 
     def _request_flight_recorder(self) -> int:
         """A byte into each rank's pipe: torch dumps its NCCL trace (NCCL only).
         Returns how many ranks were asked."""
         asked = 0
-        for pipe in self._status_dir.glob(f"{PIPE_PREFIX}*.pipe"):
+        folder, prefix = self._pipe_prefix.parent, self._pipe_prefix.name
+        for pipe in folder.glob(f"{glob.escape(prefix)}*.pipe") if folder.is_dir() else []:
             try:
                 fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
             except OSError:  # no reader: that rank's group is gone or not NCCL
@@ -250,12 +320,10 @@ class StallWatch:
                 os.close(fd)
         return asked
 
-    def _wait_for_flight_recorder(self, asked: int) -> list[Path]:
-        """The dumps the asked ranks wrote, waited for up to FLIGHT_RECORDER_WAIT_S."""
-        folder = self._run_dir / "flight-recorder"
-        deadline = time.monotonic() + (FLIGHT_RECORDER_WAIT_S if asked else 0)
-        while True:
-            found = sorted(p for p in folder.glob("rank_*") if p.stat().st_size > 0)
-            if len(found) >= asked or time.monotonic() >= deadline:
-                return found
-            time.sleep(0.1)
+
+def _stamp(path: Path) -> tuple[int, int]:
+    try:
+        st = path.stat()
+    except OSError:
+        return (0, 0)
+    return (st.st_mtime_ns, st.st_size)
