@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pyinit import argtypes
 from pyinit.errors import EXIT_FAILURE, EXIT_STATUS_HELP, EXIT_USAGE, InputError, printable
 from pyinit.extras import MissingExtra
+from pyinit.run import config as run_config
 
 if TYPE_CHECKING:
     from pyinit.nvml import NvmlBackend, NvmlView
@@ -196,37 +197,9 @@ def _cmd_shard(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from pyinit.run.launcher import Target, run
+    from pyinit.run.launcher import run
 
-    command = args.command_line[1:] if args.command_line[:1] == ["--"] else args.command_line
-    if args.module and args.no_python:
-        raise InputError("-m and --no-python: give one")
-    if args.module:
-        target = Target("module", args.module, tuple(command))
-    elif not command:
-        raise InputError("no script: pyinit run [options] -- SCRIPT [ARGS...] (or -m MODULE)")
-    else:
-        kind = "program" if args.no_python else "script"
-        target = Target(kind, command[0], tuple(command[1:]))
-    return run(
-        target,
-        hostfile=args.hostfile,
-        standalone=args.standalone,
-        torchrun=args.torchrun,
-        nproc_per_node=args.nproc_per_node,
-        master_port=args.master_port,
-        max_restarts=args.max_restarts,
-        preflight_mode=args.preflight,
-        expect_gpus=args.expect_gpus,
-        run_dir=args.run_dir,
-        monitor_interval=args.monitor_interval,
-        sysfs_root=args.sysfs_root,
-        rescan=args.rescan,
-        boot_state=args.boot_state,
-        nvml_backend=nvml_backend,
-        worker_start=args.worker_start,
-        stall_timeout=args.stall_timeout,
-    )
+    return run(run_config.config_from_args(args), nvml_backend)
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -362,58 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     shard.set_defaults(handler=_cmd_shard)
 
     run = _command(sub, "run", help="preflight, NCCL files, then torchrun on this node")
-    run.add_argument("--hostfile", metavar="FILE", help="one IP address per node, node 0 first")
-    run.add_argument(
-        "--nproc-per-node", default="auto", metavar="N|auto",
-        help="workers on this node (auto: one per GPU, else one per CPU up to 8)",
-    )  # fmt: skip
-    # 65534 at most: the port above it is the run's liveness port.
-    run.add_argument("--master-port", type=argtypes.whole(1, 65534), default=29500, metavar="P",
-                     help="torchrun's rendezvous port on node 0")  # fmt: skip
-    run.add_argument("--max-restarts", type=argtypes.whole(0, 1000), default=0, metavar="K",
-                     help="worker-group restarts torchrun may make")  # fmt: skip
-    run.add_argument("--preflight", choices=("warn", "strict", "off"), default="warn",
-                     help="strict: do not start on an error finding")  # fmt: skip
-    run.add_argument("--expect-gpus", type=argtypes.whole(0, 4096), metavar="N",
-                     help="a preflight error when fewer GPUs are found")  # fmt: skip
-    run.add_argument("--run-dir", metavar="DIR", help="events.jsonl, NCCL files (pyinit-run/nodeR)")
-    run.add_argument(
-        "--monitor-interval", type=argtypes.seconds(0.1, 3600, zero=True), default=5.0, metavar="S",
-        help="sample into RUN_DIR/monitor.jsonl every S seconds (0: off)",
-    )  # fmt: skip
-    run.add_argument(
-        "--sysfs-root",
-        default="/sys",
-        metavar="DIR",
-        help="scan this tree (a fixture)",
-    )
-    run.add_argument(
-        "--rescan", action="store_true", help="scan even when PID 1 left a scan of this boot"
-    )
-    run.add_argument(
-        "--boot-state", default="/run/pod-init", metavar="DIR",
-        help="where PID 1 left its scan and NCCL files (default /run/pod-init)",
-    )  # fmt: skip
-    run.add_argument("-m", dest="module", metavar="MODULE",
-                     help="run a module as python -m does (ARGS after --)")  # fmt: skip
-    run.add_argument("--no-python", action="store_true",
-                     help="SCRIPT is a program to execute, not Python")  # fmt: skip
-    run.add_argument(
-        "--stall-timeout", type=argtypes.seconds(1, 86400, zero=True), default=0.0,
-        metavar="S", help="end (or restart) the workers when a rank makes no step for S "
-        "seconds after its last one, naming it; 0: off (try 300)",
-    )  # fmt: skip
-    run.add_argument("--worker-start", choices=("fork", "spawn"), default="fork",
-                     help="fork: workers forked from torchrun's agent, torch imported once; "
-                     "spawn: a fresh interpreter each, as plain torchrun")  # fmt: skip
-    run.add_argument("--standalone", action="store_true",
-                     help="this node alone, whatever SLURM or the environment say")  # fmt: skip
-    run.add_argument(
-        "--torchrun", default="", metavar="'OPTIONS'",
-        help="more torchrun options, quoted as one (e.g. '--log-dir L --redirects 3'); "
-        "those pyinit run sets itself are refused",
-    )  # fmt: skip
-    run.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- SCRIPT [ARGS...]")
+    run_config.add_arguments(run)
     run.set_defaults(handler=_cmd_run)
 
     check = sub.add_parser(

@@ -301,7 +301,7 @@ def test_a_newline_in_an_nccl_value_is_refused(tool, pod_init_bin, pyinit_bin, h
 @pytest.mark.parametrize("answer", [b"stall {bad\n", b"stall [1, 2]\n", b'stall {"count": "x"}\n',
                                     b"stall \xff\n", b"alive\n", b""])  # fmt: skip
 def test_a_peer_answering_garbage_is_no_stall(answer):
-    from pyinit.run.launcher import Liveness
+    from pyinit.run.liveness import Liveness
 
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
@@ -322,13 +322,13 @@ def test_a_peer_answering_garbage_is_no_stall(answer):
 
 
 def test_a_peer_stall_verdict_is_taken():
-    from pyinit.run.launcher import _stall_verdict
+    from pyinit.run.liveness import stall_verdict
 
-    assert _stall_verdict(b'stall {"count": 2, "causes": []}\n') == {"count": 2, "causes": []}
+    assert stall_verdict(b'stall {"count": 2, "causes": []}\n') == {"count": 2, "causes": []}
 
 
 def test_the_liveness_port_binds_ipv6():
-    from pyinit.run.launcher import Liveness
+    from pyinit.run.liveness import Liveness
 
     if not socket.has_ipv6:
         pytest.skip("this kernel has no IPv6")

@@ -82,6 +82,72 @@ def test_a_script_that_exits_3_gives_3(pyinit_bin, tmp_path):
     assert end["event"] == "end" and end["status"] == 3 and end["torchrun_status"] == 1
 
 
+@pytest.mark.slow
+def test_the_earliest_failure_is_the_root_cause_even_when_killed_by_a_signal(pyinit_bin, tmp_path):
+    """Rank 1 is killed by SIGKILL (no record of its own) before rank 0 exits 7:
+    the run names rank 1 and exits 137, not the lowest rank's 7."""
+    script = tmp_path / "two.py"
+    script.write_text(
+        "import os, signal, sys, time\n"
+        "if os.environ['RANK'] == '1':\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "time.sleep(3)\nsys.exit(7)\n"
+    )
+    result = pyinit_run(pyinit_bin, "--nproc-per-node", "2", "--monitor-interval", "0",
+                        "--run-dir", tmp_path, "--", script)  # fmt: skip
+    assert result.returncode == 137, result.stderr[-2000:]
+    assert "pyinit run: rank 1 failed first (pid " in result.stderr
+    assert "killed by SIGKILL)" in result.stderr
+    end = events(tmp_path)[-1]
+    assert end["failures"][0]["rank"] == 1 and end["failures"][0]["signal"] == "SIGKILL"
+
+
+def test_options_come_from_the_environment_too(pyinit_bin, tmp_path):
+    from pyinit.cli import build_parser
+    from pyinit.run.config import config_from_args
+
+    script = tmp_path / "ok.py"
+    script.write_text("pass\n")
+    env = {"PYINIT_MAX_RESTARTS": "3", "PYINIT_STALL_TIMEOUT": "60", "PYINIT_STANDALONE": "1",
+           "PYINIT_NPROC_PER_NODE": "2"}  # fmt: skip
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in env.items():
+            patch.setenv(key, value)
+        args = build_parser().parse_args(["run", "--max-restarts", "1", "--", str(script)])
+        config = config_from_args(args)
+    assert (config.max_restarts, config.stall_timeout, config.standalone, config.nproc) == (
+        1, 60.0, True, 2)  # fmt: skip
+    # A bad value from the environment is one line naming the variable, exit 2.
+    refused = [("PYINIT_STANDALONE", "maybe", "PYINIT_STANDALONE='maybe'"),
+               ("PYINIT_MAX_RESTARTS", "-1", "--max-restarts: must be"),
+               ("PYINIT_WORKER_START", "thread", "--worker-start must be")]  # fmt: skip
+    for key, value, message in refused:
+        bad = pyinit_run(pyinit_bin, "--run-dir", tmp_path / "run", "--", script,
+                         env={**os.environ, key: value})  # fmt: skip
+        assert bad.returncode == 2 and message in bad.stderr, bad.stderr
+        assert "Traceback" not in bad.stderr and not (tmp_path / "run").exists()
+
+
+def test_an_exception_inside_the_run_still_ends_the_log(tmp_path, monkeypatch):
+    """No try/finally once: an exception left no end event and an open log."""
+    from pyinit.cli import build_parser
+    from pyinit.run import launcher
+    from pyinit.run.config import config_from_args
+
+    script = tmp_path / "ok.py"
+    script.write_text("pass\n")
+    args = build_parser().parse_args(["run", "--standalone", "--run-dir", str(tmp_path / "run"),
+                                      "--preflight", "off", "--", str(script)])  # fmt: skip
+
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("a bug in launch")
+
+    monkeypatch.setattr(launcher, "launch", broken)
+    with pytest.raises(RuntimeError, match="a bug in launch"):
+        launcher.run(config_from_args(args))
+    end = events(tmp_path / "run")[-1]
+    assert end["event"] == "end" and end["error"] == "RuntimeError: a bug in launch"
+
+
 def test_restarts_are_events(pyinit_bin, tmp_path):
     script = tmp_path / "flaky.py"
     # Fails on torchrun's first attempt, passes on its restart.
@@ -237,7 +303,7 @@ def test_eight_nodes_join_sum_and_name_a_killed_one(pyinit_bin, eight_namespaces
 def test_nodes_from_slurm_and_from_the_environment(monkeypatch):
     import socket
 
-    from pyinit.run.launcher import find_nodes
+    from pyinit.run.nodes import find_nodes
 
     with pytest.raises(ValueError, match=r"the master 'pyinit-no-such-node\.invalid' does not"):
         find_nodes(None, {"SLURM_JOB_NODELIST": "pyinit-no-such-node.invalid"})

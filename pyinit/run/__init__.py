@@ -1,6 +1,9 @@
-"""``pyinit run``: the launcher (``launcher``: nodes, NCCL files, torchrun,
-signals, the event log), the checks before it starts (``preflight``) and the
-wrapper each worker runs the script in (``worker``)."""
+"""``pyinit run``: its settings (``config``: the options, their environment
+fallbacks, ``RunConfig``), the launcher (``launcher``: prepare, launch,
+conclude), the nodes (``nodes``) and their liveness port (``liveness``), the
+checks before it starts (``preflight``), the watches (``stall``) and the
+wrapper each worker runs the script in (``worker``). ``run(config)`` takes a
+``RunConfig`` from ``config.config_from_args``."""
 
 import importlib
 

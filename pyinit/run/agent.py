@@ -11,10 +11,16 @@ already loaded (see ``pyinit.run.worker``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from pathlib import Path
+from typing import Any
 
-from pyinit.run.events import EventLog, boottime, process_start
+from pyinit.jsonfile import write_json
+from pyinit.run.events import RUN_DIR_ENV, EventLog, boottime, process_start
+
+FAILURES_FILE = "failures.json"
 
 # torch's own switch for a CUDA check that does not initialise CUDA: torchrun's
 # LaunchConfig asks torch.cuda.is_available(), which otherwise runs cuInit in the
@@ -29,12 +35,33 @@ def main() -> None:
     log = EventLog.for_run(node=int(os.environ.get("PYINIT_NODE_RANK", "0")))
     start = boottime()
     from torch.distributed import run as torchrun
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     if log is not None:
         log.phase("agent start", process_start(), entered)
         log.phase("agent import torch", start, boottime())
         log.close()
-    torchrun.main(sys.argv[1:])
+    try:
+        torchrun.main(sys.argv[1:])
+    except ChildFailedError as failed:
+        record_failures(failed)
+        raise
+
+
+def record_failures(failed: Any) -> None:
+    """torchrun's record of each failed worker (rank, pid, exit code, the
+    signal that killed it, when), for pyinit run to name the first: a worker
+    killed by a signal leaves no record of its own."""
+    folder = os.environ.get(RUN_DIR_ENV)
+    if not folder:
+        return
+    records = [
+        {"rank": rank, "local_rank": f.local_rank, "pid": f.pid, "exit": f.exitcode,
+         "signal": f.signal_name() if f.exitcode < 0 else None, "time": float(f.timestamp)}
+        for rank, f in failed.failures.items()
+    ]  # fmt: skip
+    with contextlib.suppress(OSError):  # a full disk: pyinit run falls back on torchrun's status
+        write_json(Path(folder) / "status" / FAILURES_FILE, records)
 
 
 if __name__ == "__main__":

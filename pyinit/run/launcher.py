@@ -3,43 +3,42 @@ right node rank and master, forward signals, report how it ended.
 
     pyinit run --hostfile hosts -- train.py --steps 1000
 
-The nodes come from, in order: ``--hostfile`` (IP addresses, node 0 is the
-master; this node found by its own addresses), SLURM (``SLURM_JOB_NODELIST``,
-``SLURM_NODEID``, ``SLURM_NNODES``), ``MASTER_ADDR`` with ``NODE_RANK`` and
-``NNODES`` (or ``WORLD_SIZE``), else this node alone. torchrun runs with a
-static rendezvous at the master; its workers run the script through
-``pyinit.run.worker``, which records the script's own exit status. The
-supervision (signals forwarded, children reaped, KILL after a grace) is the
-C++ core's, the same loop `pod-init -- CMD` runs.
+In torchrun's shape: the options become a frozen ``RunConfig``
+(``pyinit.run.config``); ``prepare`` makes the plan (the nodes, the run
+folder, the preflight, NCCL's files, the environment and the command);
+``launch`` supervises it; ``conclude`` draws the exit status and the ``end``
+event from what happened. torchrun runs with a static rendezvous at the
+master; its workers run the script through ``pyinit.run.worker``, which
+records the script's own exit status. The supervision (signals forwarded,
+children reaped, KILL after a grace) is the C++ core's, the same loop
+`pod-init -- CMD` runs.
 """
 
 from __future__ import annotations
 
 import errno
-import importlib.machinery
 import importlib.util
 import json
 import os
-import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from pyinit import _native
-from pyinit.errors import EXIT_FAILURE, EXIT_STALLED, InputError
-from pyinit.extras import require
-from pyinit.jsonfile import parse_json
+from pyinit.errors import EXIT_FAILURE, EXIT_STALLED
+from pyinit.run.agent import FAILURES_FILE
+from pyinit.run.config import RunConfig
 from pyinit.run.events import RUN_DIR_ENV, EventLog, boottime, process_start
-from pyinit.run.preflight import PREFLIGHT_MODES, preflight
+from pyinit.run.liveness import Liveness
+from pyinit.run.nodes import Nodes, find_nodes
+from pyinit.run.preflight import preflight
 from pyinit.run.stall import StallWatch, flight_recorder_env
 from pyinit.run.steps import FOLDER as STEPS_FOLDER
 
@@ -52,119 +51,6 @@ TORCHRUN_GRACE_S = 30.0
 GUARD_GRACE_S = TORCHRUN_GRACE_S + 10.0
 ESCALATE_AFTER_S = GUARD_GRACE_S + 5.0
 LIVENESS_LINGER_S = 3.0
-PEER_POLL_S = 1.0  # how often a watched run asks the other nodes for a stall
-# Workers per node: far above any GPU count, and a bound on what torchrun is asked to fork.
-MAX_NPROC = 1024
-
-
-@dataclass(frozen=True)
-class Nodes:
-    count: int
-    rank: int
-    master: str
-    source: str  # hostfile, slurm, environment, single
-    addresses: tuple[str, ...] = ()  # every node's address, when known
-    interface: str = ""  # the one holding this node's address (hostfile only)
-    # The hostfile's node list as the core loaded it, handed to the NCCL builder as it is.
-    native: Any = field(default=None, repr=False, compare=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "native"}
-
-
-def find_nodes(hostfile: str | None, env: Mapping[str, str]) -> Nodes:
-    if hostfile:
-        from pyinit.nccl import load_nodes
-
-        native = load_nodes(hostfile)  # read and resolved once for the whole run
-        addresses = tuple(native.addresses)
-        return Nodes(len(addresses), native.node_rank, addresses[0], "hostfile", addresses,
-                     native.interface, native)  # fmt: skip
-    if "SLURM_JOB_NODELIST" in env:
-        try:
-            names = _native.expand_nodelist(env["SLURM_JOB_NODELIST"])
-        except ValueError as e:
-            listed = env["SLURM_JOB_NODELIST"]
-            shown = repr(listed) if len(listed) <= 64 else repr(listed[:64]) + "..."
-            raise InputError(f"SLURM_JOB_NODELIST={shown}: {e}") from None
-        count = _int_env(env, "SLURM_NNODES", len(names))
-        rank = _int_env(env, "SLURM_NODEID", 0)
-        _check_rank(rank, count, "SLURM_NODEID")
-        # torchrun would retry an unresolvable master for minutes: find out now, once.
-        try:
-            socket.getaddrinfo(names[0], None, type=socket.SOCK_STREAM)
-        except (OSError, UnicodeError) as e:
-            reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-            raise InputError(
-                f"SLURM_JOB_NODELIST: the master {names[0]!r} does not resolve: {reason}"
-            ) from None
-        return Nodes(count, rank, names[0], "slurm", tuple(names))
-    if "MASTER_ADDR" in env:
-        count = _int_env(env, "NNODES", _int_env(env, "WORLD_SIZE", 1))
-        rank = _int_env(env, "NODE_RANK", _int_env(env, "GROUP_RANK", 0))
-        _check_rank(rank, count, "NODE_RANK")
-        return Nodes(count, rank, env["MASTER_ADDR"], "environment")
-    return Nodes(1, 0, "127.0.0.1", "single", ("127.0.0.1",))
-
-
-def _int_env(env: Mapping[str, str], key: str, default: int) -> int:
-    if key not in env:
-        return default
-    try:
-        return int(env[key])
-    except ValueError:
-        raise InputError(f"{key}={env[key]!r} is not a whole number") from None
-
-
-def _check_rank(rank: int, count: int, key: str) -> None:
-    if count < 1 or not 0 <= rank < count:
-        raise InputError(f"{key}={rank} does not fit {count} nodes")
-
-
-@dataclass(frozen=True)
-class Target:
-    """What each worker runs: a script, a module (``-m``) or a program (``--no-python``)."""
-
-    kind: str  # script, module, program
-    name: str
-    args: tuple[str, ...] = ()
-
-    def check(self) -> None:
-        """InputError when there is nothing to run by that name."""
-        if self.kind == "script" and not Path(self.name).is_file():
-            raise InputError(f"{self.name}: no such script")
-        if self.kind == "module":
-            top = self.name.split(".")[0]
-            # Where the workers look: sys.path and the working directory (see the worker).
-            search = [*sys.path, os.getcwd()]
-            if not top or importlib.machinery.PathFinder.find_spec(top, search) is None:
-                raise InputError(f"-m {self.name}: no module named {top!r} here")
-        if self.kind == "program" and shutil.which(self.name) is None:
-            raise InputError(f"--no-python {self.name}: no such program (or not executable)")
-
-
-# The torchrun options pyinit run sets itself; --torchrun passes on any other.
-OWNED_TORCHRUN_OPTIONS = {
-    "--nnodes", "--node-rank", "--node_rank", "--master-addr", "--master_addr",
-    "--master-port", "--master_port", "--nproc-per-node", "--nproc_per_node",
-    "--max-restarts", "--max_restarts", "--no-python", "--no_python", "--standalone",
-    "--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint", "--rdzv_endpoint", "-m",
-    "--module", "--run-path", "--run_path", "--start-method", "--start_method",
-}  # fmt: skip
-WORKER_STARTS = ("fork", "spawn")
-
-
-def torchrun_options(text: str) -> list[str]:
-    """--torchrun's words, refusing the options pyinit run owns."""
-    try:
-        words = shlex.split(text)
-    except ValueError as e:
-        raise InputError(f"--torchrun {text!r}: {e}") from None
-    for word in words:
-        option = word.split("=", 1)[0]
-        if option in OWNED_TORCHRUN_OPTIONS:
-            raise InputError(f"--torchrun: pyinit run sets {option} itself (see pyinit run --help)")
-    return words
 
 
 def pod_init_executable() -> str:
@@ -192,14 +78,13 @@ def guarded(pod_init: str, command: Sequence[str]) -> list[str]:
             "--", *command]  # fmt: skip
 
 
-def torchrun_command(nodes: Nodes, nproc: int, port: int, restarts: int, status_dir: Path,
-                     target: Target, extra: Sequence[str] = (),
-                     worker_start: str = "fork") -> list[str]:  # fmt: skip
+def torchrun_command(nodes: Nodes, nproc: int, config: RunConfig, status_dir: Path) -> list[str]:
     """torchrun's agent (through pyinit.run.agent, which marks its start) with
     the static rendezvous at the master, running pyinit.run.worker per rank.
     Python workers are forked from the agent, torch already imported, unless
-    `worker_start` is spawn; a program always gets a fresh interpreter to wrap it."""
-    if worker_start == "fork" and target.kind != "program":
+    --worker-start is spawn; a program always gets a fresh interpreter to wrap it."""
+    target = config.target
+    if config.worker_start == "fork" and target.kind != "program":
         worker_file = importlib.util.find_spec("pyinit.run.worker").origin
         entry = ["--start-method", "fork", "--run-path", worker_file]
     else:
@@ -209,169 +94,80 @@ def torchrun_command(nodes: Nodes, nproc: int, port: int, restarts: int, status_
     return [
         sys.executable, "-P", "-m", "pyinit.run.agent",
         "--nnodes", str(nodes.count), "--node-rank", str(nodes.rank),
-        "--master-addr", nodes.master, "--master-port", str(port),
-        "--nproc-per-node", str(nproc), "--max-restarts", str(restarts), *extra,
+        "--master-addr", nodes.master, "--master-port", str(config.master_port),
+        "--nproc-per-node", str(nproc), "--max-restarts", str(config.max_restarts),
+        *config.torchrun_options,
         *entry, str(status_dir), target.kind, target.name, *target.args,
     ]  # fmt: skip
 
 
-class Liveness:
-    """A TCP port on this node that answers while `pyinit run` lives, so the
-    other nodes can tell which node went away when a run fails. It answers
-    `alive`, or `stall {json}` once this node's stall watch has found a stall
-    (its verdict: the causes and where they were), which the other nodes'
-    watchers read, so every node names the rank that stalled."""
+@dataclass
+class Plan:
+    """What launch() runs: every setting found, every file written."""
 
-    def __init__(self, address: str, port: int):
-        """Binds the port now (so a taken one fails before the run starts);
-        it answers once ``start`` runs."""
-        self.port = port
-        self.answer = b"alive\n"
-        self._stop = threading.Event()
-        self._seen: dict[int, int] = {}  # the last stall number each node reported
-        family = socket.AF_INET6 if ":" in address else socket.AF_INET
-        try:
-            self._sock = socket.create_server((address, port), family=family, reuse_port=False)
-        except OSError as e:
-            shown = f"[{address}]:{port}" if family == socket.AF_INET6 else f"{address}:{port}"
-            raise OSError(e.errno, f"cannot listen on {shown}, this node's liveness port "
-                          f"(--master-port + 1): {e.strerror}") from None  # fmt: skip
-
-    def start(self) -> None:
-        threading.Thread(target=self._serve, name="pyinit-liveness", daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return
-            with conn:
-                conn.sendall(self.answer)
-
-    def report_stall(self, verdict: dict[str, Any]) -> None:
-        self.answer = b"stall " + json.dumps(verdict).encode() + b"\n"
-
-    def _ask_peers(self, addresses: Sequence[str], own_rank: int,
-                   timeout_s: float) -> dict[int, bytes | None]:  # fmt: skip
-        """Every other node's answer on its liveness port (None: no answer)."""
-        answers: dict[int, bytes | None] = {}
-        for rank, address in enumerate(addresses):
-            if rank == own_rank:
-                continue
-            try:
-                with socket.create_connection((address, self.port), timeout=timeout_s) as conn:
-                    answers[rank] = conn.makefile("rb").readline(1 << 16)
-            except OSError:
-                answers[rank] = None
-        return answers
-
-    def new_peer_stalls(self, addresses: Sequence[str], own_rank: int) -> list[dict[str, Any]]:
-        """Each other node's stall verdict not seen before (asked once each)."""
-        found = []
-        for rank, line in self._ask_peers(addresses, own_rank, 0.5).items():
-            verdict = _stall_verdict(line)
-            if verdict is not None and verdict["count"] > self._seen.get(rank, 0):
-                self._seen[rank] = verdict["count"]
-                found.append(verdict)
-        return found
-
-    def watch_peers(self, addresses: Sequence[str], own_rank: int,
-                    on_stall: Callable[[dict[str, Any]], None]) -> None:  # fmt: skip
-        """Asks every other node once a second; hands on each new stall verdict."""
-
-        def poll() -> None:
-            while not self._stop.wait(PEER_POLL_S):
-                for verdict in self.new_peer_stalls(addresses, own_rank):
-                    on_stall(verdict)
-
-        threading.Thread(target=poll, name="pyinit-peers", daemon=True).start()
-
-    def unreachable(self, addresses: Sequence[str], own_rank: int) -> list[int]:
-        """The other nodes that do not answer within 2 s."""
-        answers = self._ask_peers(addresses, own_rank, 2.0)
-        return [rank for rank, line in answers.items() if line is None]
-
-    def close(self) -> None:
-        self._stop.set()
-        self._sock.close()
+    config: RunConfig
+    nodes: Nodes
+    folder: Path
+    status_dir: Path
+    log: EventLog
+    liveness: Liveness | None
+    env: dict[str, str]
+    command: list[str]  # torchrun's, before pod-init is put in front
+    entered: float  # CLOCK_BOOTTIME at pyinit run's start
 
 
-def _stall_verdict(line: bytes | None) -> dict[str, Any] | None:
-    """A peer's `stall {json}` answer, or None for anything else: a peer may
-    be another program on that port, or cut off mid-line, and its garbage
-    must not end this node's watch."""
-    if not line or not line.startswith(b"stall "):
-        return None
-    try:
-        verdict = parse_json(line[6:].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return None
-    count = verdict.get("count") if isinstance(verdict, dict) else None
-    if not isinstance(count, int) or isinstance(count, bool):
-        return None
-    return verdict
+@dataclass
+class Outcome:
+    code: int  # what the supervised command exited with
+    forwarded: list[int]  # signals forwarded, first first
+    survivors: int  # processes ended after the command
+    stalls: StallWatch
 
 
-def _worker_status(status_dir: Path) -> int | None:
-    """The first failing rank's own exit status, if a worker recorded one."""
-    codes = []
-    for path in status_dir.glob("rank-*.json"):
-        record = json.loads(path.read_text())
-        if record["exit"] != 0:
-            codes.append((record["rank"], record["exit"]))
-    return min(codes)[1] if codes else None
-
-
-def run(
-    target: Target,
-    *,
-    hostfile: str | None = None,
-    standalone: bool = False,
-    torchrun: str = "",
-    nproc_per_node: str = "auto",
-    master_port: int = 29500,
-    max_restarts: int = 0,
-    preflight_mode: str = "warn",
-    expect_gpus: int | None = None,
-    run_dir: str | None = None,
-    monitor_interval: float = 5.0,
-    sysfs_root: str = "/sys",
-    rescan: bool = False,
-    boot_state: str = "/run/pod-init",
-    nvml_backend: Any = None,
-    worker_start: str = "fork",
-    stall_timeout: float = 0.0,
-    out: IO[str] = sys.stderr,
-) -> int:
-    """Runs the target under torchrun on this node; returns the exit status."""
+def run(config: RunConfig, nvml_backend: Any = None, out: IO[str] = sys.stderr) -> int:
+    """Runs the target under torchrun on this node; returns the exit status.
+    Whatever happens after the log is open, it gets an ``end`` event and is
+    closed, and the liveness port is closed."""
     entered = boottime()
-    if worker_start not in WORKER_STARTS:
-        raise InputError(f"--worker-start must be fork or spawn, not {worker_start!r}")
-    nproc = _nproc(nproc_per_node)  # every check before anything is written
-    extra = torchrun_options(torchrun)
-    target.check()
-    pod_init = pod_init_executable()
-    if standalone and hostfile:
-        raise InputError("--standalone is one node alone: it takes no --hostfile")
-    require("torch", "pyinit run (torchrun)")
-    if preflight_mode not in PREFLIGHT_MODES:
-        raise InputError(f"--preflight must be warn, strict or off, not {preflight_mode!r}")
-    if run_dir and Path(run_dir).exists() and not Path(run_dir).is_dir():
-        raise InputError(f"--run-dir {run_dir}: exists and is not a folder")
-    nodes = find_nodes(hostfile, {} if standalone else os.environ)
+    nodes = find_nodes(config.hostfile, {} if config.standalone else os.environ)
     liveness = None
     if nodes.count > 1 and nodes.source in ("hostfile", "slurm"):
         # Bound before anything is written: a taken port or an address of a family
         # this host lacks is one line, with no run folder left behind.
         # SLURM's addresses are its node names, resolved as the job's hosts resolve them.
-        liveness = Liveness(nodes.addresses[nodes.rank], master_port + 1)
-    folder = Path(run_dir or f"pyinit-run/node{nodes.rank}")
+        liveness = Liveness(nodes.addresses[nodes.rank], config.master_port + 1)
+    folder = config.run_dir or Path(f"pyinit-run/node{nodes.rank}")
     log = EventLog(folder / "events.jsonl", node=nodes.rank)
-    log.write("start", argv=sys.argv, nodes=nodes.to_dict(), pid=os.getpid())
+    ended = False
+    try:
+        log.write("start", argv=sys.argv, nodes=nodes.to_dict(), pid=os.getpid())
+        plan = prepare(config, nodes, folder, log, liveness, entered, nvml_backend, out)
+        if plan is None:
+            ended = True
+            return EXIT_FAILURE
+        outcome = launch(plan)
+        status = conclude(plan, outcome, out)
+        ended = True
+        return status
+    except BaseException as error:
+        if not ended:
+            log.write("end", status=EXIT_FAILURE, error=f"{type(error).__name__}: {error}")
+        raise
+    finally:
+        if liveness is not None:
+            liveness.close()
+        log.close()
+
+
+def prepare(config: RunConfig, nodes: Nodes, folder: Path, log: EventLog,
+            liveness: Liveness | None, entered: float, nvml_backend: Any,
+            out: IO[str]) -> Plan | None:  # fmt: skip
+    """The preflight, NCCL's files, the environment and the command; None
+    (with its end event) when a strict preflight refuses the node."""
     checked = boottime()
-    node = preflight(preflight_mode, sysfs_root=sysfs_root, expect_gpus=expect_gpus,
-                     rescan=rescan, state_dir=boot_state, nvml_backend=nvml_backend)  # fmt: skip
+    node = preflight(config.preflight, sysfs_root=config.sysfs_root,
+                     expect_gpus=config.expect_gpus, rescan=config.rescan,
+                     state_dir=config.boot_state, nvml_backend=nvml_backend)  # fmt: skip
     if node.boot_state is not None:
         # PID 1's steps of this boot, on the same clock: the run's timeline starts at power-on.
         for step in node.boot_state.timeline:
@@ -383,15 +179,13 @@ def run(
     for p in problems:
         if p.severity != "info":
             print(f"pyinit run: preflight {p.severity} {p.code} {p.device}: {p.message}", file=out)
-    log.write("preflight", mode=preflight_mode, gpus=gpus, topology=node.source,
+    log.write("preflight", mode=config.preflight, gpus=gpus, topology=node.source,
               problems=[asdict(p) for p in problems])  # fmt: skip
-    if preflight_mode == "strict" and any(p.severity == "error" for p in problems):
-        if liveness is not None:
-            liveness.close()
+    if config.preflight == "strict" and any(p.severity == "error" for p in problems):
         log.write("end", status=EXIT_FAILURE, reason="preflight errors (strict)")
         print("pyinit run: preflight found errors; not starting (--preflight strict)", file=out)
-        return EXIT_FAILURE
-    nproc = nproc or gpus or min(os.cpu_count() or 1, 8)
+        return None
+    nproc = config.nproc or gpus or min(os.cpu_count() or 1, 8)
     env = dict(os.environ, PYINIT_NODE_RANK=str(nodes.rank))
     env[RUN_DIR_ENV] = str(folder.resolve())
     if "GLOO_SOCKET_IFNAME" not in env and (nodes.interface or nodes.count == 1):
@@ -399,49 +193,59 @@ def run(
         # hostfile already says which address this node is, and one node alone
         # needs only the loopback (a fresh boot may have no name that resolves).
         env["GLOO_SOCKET_IFNAME"] = nodes.interface or "lo"
-    configured = boottime()
-    if gpus and node.boot_state is not None and node.boot_state.nccl_dir and nodes.count == 1:
-        # PID 1 configured NCCL for this boot and this single node: use its files as they are.
-        env.update(node.boot_state.nccl_env)
-        log.write("nccl", reused=str(node.boot_state.nccl_dir), env=node.boot_state.nccl_env)
-    elif gpus:
-        from pyinit.nccl import configure
-
-        tuning, cached = _nccl_tuning(node, env, log, out)
-        config = configure(topology=node.topology, nodes=nodes.native, tuning=tuning,
-                           out_dir=str(folder / "nccl"), nvml=node.nvml)  # fmt: skip
-        config.write()
-        env.update(config.env)
-        log.write("nccl", files=sorted(config.files), env=config.env)
-        if tuning is not None:
-            from pyinit.nccl.tuning import TABLE_NAME
-
-            # The copy beside this run's NCCL files: the cache may change under a long run.
-            table = Path(config.out_dir) / TABLE_NAME
-            _use_tuner_plugin(tuning, cached, table, env, log)
     if gpus:
+        configured = boottime()
+        _configure_nccl(node, nodes, folder, env, log, out)
         log.phase("nccl files", configured, boottime())
     status_dir = folder / "status"
     status_dir.mkdir(parents=True, exist_ok=True)
-    for pattern in ("rank-*.json", "attempt-*", "progress-rank*", "stack-rank*"):
+    for pattern in ("rank-*.json", "attempt-*", "progress-rank*", "stack-rank*", FAILURES_FILE):
         for stale in status_dir.glob(pattern):
             stale.unlink()
     # A reused --run-dir: the report reads the last run's events, so only its step records.
     for stale in (folder / STEPS_FOLDER).glob("rank-*"):
         stale.unlink()
-    if stall_timeout > 0:
+    if config.stall_timeout > 0:
         for key, value in flight_recorder_env(folder, status_dir).items():
             env.setdefault(key, value)
-    command = torchrun_command(nodes, nproc, master_port, max_restarts, status_dir, target, extra,
-                               worker_start)  # fmt: skip
+    command = torchrun_command(nodes, nproc, config, status_dir)
+    return Plan(config, nodes, folder, status_dir, log, liveness, env, command, entered)
+
+
+def _configure_nccl(node: Any, nodes: Nodes, folder: Path, env: dict[str, str], log: EventLog,
+                    out: IO[str]) -> None:  # fmt: skip
+    if node.boot_state is not None and node.boot_state.nccl_dir and nodes.count == 1:
+        # PID 1 configured NCCL for this boot and this single node: use its files as they are.
+        env.update(node.boot_state.nccl_env)
+        log.write("nccl", reused=str(node.boot_state.nccl_dir), env=node.boot_state.nccl_env)
+        return
+    from pyinit.nccl import configure
+
+    tuning, cached = _nccl_tuning(node, env, log, out)
+    config = configure(topology=node.topology, nodes=nodes.native, tuning=tuning,
+                       out_dir=str(folder / "nccl"), nvml=node.nvml)  # fmt: skip
+    config.write()
+    env.update(config.env)
+    log.write("nccl", files=sorted(config.files), env=config.env)
+    if tuning is not None:
+        from pyinit.nccl.tuning import TABLE_NAME
+
+        # The copy beside this run's NCCL files: the cache may change under a long run.
+        _use_tuner_plugin(tuning, cached, Path(config.out_dir) / TABLE_NAME, env, log)
+
+
+def launch(plan: Plan) -> Outcome:
+    """The monitor, then torchrun under pod-init under the core's supervisor,
+    the restart and stall watches on its tick."""
+    config, log, liveness, nodes = plan.config, plan.log, plan.liveness, plan.nodes
     monitor = None
     parent = os.getpid()
-    if monitor_interval > 0:
+    if config.monitor_interval > 0:
         # The golden metrics beside the run, in the run's folder. Started before the
         # signals are blocked below, so it can be ended with TERM.
         monitor = subprocess.Popen(
             [sys.executable, "-P", "-m", "pyinit.cli", "monitor", "--interval",
-             str(monitor_interval), "--out", str(folder / "monitor.jsonl")],
+             str(config.monitor_interval), "--out", str(plan.folder / "monitor.jsonl")],
             stderr=subprocess.DEVNULL,
             # No thread runs yet, so preexec_fn is safe: the monitor ends with this process.
             preexec_fn=lambda: _native.die_with_parent(signal.SIGTERM, parent),
@@ -460,21 +264,22 @@ def run(
                 log.write("signal", signal=signal.Signals(sig).name)
             forwarded.append(sig)
 
-        restarts = _RestartWatch(status_dir, log)
-        stalls = StallWatch(status_dir, folder, stall_timeout, nodes.rank, log, out, env,
+        restarts = _RestartWatch(plan.status_dir, log)
+        stalls = StallWatch(plan.status_dir, plan.folder, config.stall_timeout, nodes.rank, log,
+                            sys.stderr, plan.env,
                             announce=liveness.report_stall if liveness else None)  # fmt: skip
-        if liveness is not None and stall_timeout > 0:
+        if liveness is not None and config.stall_timeout > 0:
             liveness.watch_peers(nodes.addresses, nodes.rank, stalls.peer_stall)
 
         def on_tick() -> None:
             restarts.check()
             stalls.check()
 
-        log.write("spawn", command=command,
-                  seconds_since_start=round(boottime() - entered, 4))  # fmt: skip
+        log.write("spawn", command=plan.command,
+                  seconds_since_start=round(boottime() - plan.entered, 4))  # fmt: skip
         code = _native.supervise(
-            guarded(pod_init, command), env, grace_s=ESCALATE_AFTER_S, on_signal=on_signal,
-            on_tick=on_tick, tick_s=0.25,
+            guarded(config.pod_init, plan.command), plan.env, grace_s=ESCALATE_AFTER_S,
+            on_signal=on_signal, on_tick=on_tick, tick_s=0.25,
             on_log=lambda line: log.write("supervisor", message=line),
             # Until pod-init has asked for its own parent-death signal, it dies with us.
             parent_death_signal=signal.SIGKILL,
@@ -487,8 +292,17 @@ def run(
         survivors = _native.end_children()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    status = _exit_status(code, forwarded, _worker_status(status_dir))
-    if status != 0 and stall_timeout > 0 and liveness is not None:
+    return Outcome(code, forwarded, survivors, stalls)
+
+
+def conclude(plan: Plan, outcome: Outcome, out: IO[str]) -> int:
+    """The run's status and its end event: who failed first, stalls here and
+    on other nodes, nodes that are gone."""
+    config, log, liveness, nodes = plan.config, plan.log, plan.liveness, plan.nodes
+    stalls, forwarded = outcome.stalls, outcome.forwarded
+    failures = failure_records(plan.status_dir)
+    status = _exit_status(outcome.code, forwarded, failures[0] if failures else None)
+    if status != 0 and config.stall_timeout > 0 and liveness is not None:
         # A stalled node's workers were ended: ours may have failed on the broken
         # connection before the next poll. Its verdict is still being served.
         for verdict in liveness.new_peer_stalls(nodes.addresses, nodes.rank):
@@ -496,23 +310,48 @@ def run(
         stalls.check()
     if status != 0 and (stalls.stalls or stalls.peer_stalls) and not forwarded:
         status = EXIT_STALLED  # the workers were ended for a stall, and not restarted
-    fields: dict[str, Any] = {"status": status, "torchrun_status": code,
-                              "survivors_killed": survivors, "stalls": stalls.stalls,
-                              "peer_stalls": stalls.peer_stalls}  # fmt: skip
+    fields: dict[str, Any] = {"status": status, "torchrun_status": outcome.code,
+                              "survivors_killed": outcome.survivors, "stalls": stalls.stalls,
+                              "peer_stalls": stalls.peer_stalls, "failures": failures}  # fmt: skip
+    if failures and not forwarded and status not in (0, EXIT_STALLED):
+        first = failures[0]
+        print(f"pyinit run: rank {first['rank']} failed first ({_how(first)})", file=out)
     if status != 0 and liveness is not None:
         lost = liveness.unreachable(nodes.addresses, nodes.rank)
         fields["unreachable_nodes"] = [{"rank": r, "address": nodes.addresses[r]} for r in lost]
         for r in lost:
             print(f"pyinit run: node {r} ({nodes.addresses[r]}) is gone", file=out)
     log.write("end", **fields)
-    if liveness is not None:
-        if status != 0:
-            # The other nodes are checking who is gone right now: stay reachable a moment.
-            time.sleep(LIVENESS_LINGER_S)
-        liveness.close()
-    log.close()
+    if liveness is not None and status != 0:
+        # The other nodes are checking who is gone right now: stay reachable a moment.
+        time.sleep(LIVENESS_LINGER_S)
     print(f"pyinit run: exited with status {status}", file=out)
     return status
+
+
+def failure_records(status_dir: Path) -> list[dict[str, Any]]:
+    """Every failed worker, earliest first (torchrun's rule for the root
+    cause): the script's own records (rank, pid, exit, time) and the agent's
+    for workers that could not write one (killed by a signal), one per rank."""
+    by_rank: dict[int, dict[str, Any]] = {}
+    agent = status_dir / FAILURES_FILE
+    if agent.exists():
+        for record in json.loads(agent.read_text()):
+            by_rank[record["rank"]] = record
+    for path in status_dir.glob("rank-*.json"):
+        record = json.loads(path.read_text())
+        if record["exit"] != 0:
+            # The script's own word wins: torchrun reports any failed worker as 1.
+            by_rank[record["rank"]] = {**by_rank.get(record["rank"], {}), **record,
+                                       "signal": None}  # fmt: skip
+    return sorted(by_rank.values(), key=lambda r: (r.get("time") or 0.0, r["rank"]))
+
+
+def _how(record: dict[str, Any]) -> str:
+    where = f"pid {record['pid']}, " if record.get("pid") else ""
+    if record.get("signal"):
+        return f"{where}killed by {record['signal']}"
+    return f"{where}exit status {record['exit']}"
 
 
 def _nccl_tuning(node: Any, env: Mapping[str, str], log: EventLog, out: IO[str]) -> tuple[Any, str]:
@@ -546,29 +385,19 @@ def _use_tuner_plugin(tuning: Any, cached: str, table: Path, env: dict[str, str]
               rules=len(tuning.rules), env=tuning.plugin_env)  # fmt: skip
 
 
-def _exit_status(code: int, forwarded: list[int], worker: int | None) -> int:
-    """The run's status: 128+N when it forwarded signal N, else the failing
-    script's own status (torchrun reports any failure as 1), else torchrun's."""
+def _exit_status(code: int, forwarded: list[int], first: dict[str, Any] | None) -> int:
+    """The run's status: 128+N when it forwarded signal N, else the first
+    failing worker's (the script's own status, or 128+N for a worker signal N
+    killed; torchrun reports any failure as 1), else torchrun's."""
     if forwarded:
         return 128 + forwarded[0]
     if code == 0:
         return 0
-    return worker if worker is not None else code
-
-
-def _nproc(value: str) -> int | None:
-    """The worker count asked for; None for auto (one per GPU, else per CPU)."""
-    if value == "auto":
-        return None
-    try:
-        count = int(value)
-    except ValueError:
-        raise InputError(
-            f"--nproc-per-node must be a whole number or auto, not {value!r}"
-        ) from None
-    if not 1 <= count <= MAX_NPROC:
-        raise InputError(f"--nproc-per-node must be from 1 to {MAX_NPROC}, not {count}")
-    return count
+    if first is None:
+        return code
+    if first.get("signal"):
+        return 128 + signal.Signals[first["signal"]].value
+    return int(first["exit"])
 
 
 class _RestartWatch:

@@ -11,8 +11,6 @@ from typing import Any
 from pyinit.boot_state import BootState, read_boot_state, reusable
 from pyinit.topology import Finding, Topology, load, scan
 
-PREFLIGHT_MODES = ("warn", "strict", "off")
-
 
 @dataclass(frozen=True)
 class NodeView:

@@ -31,6 +31,7 @@ import runpy
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +53,9 @@ def _record(status_dir: Path, code: int) -> None:
     """The script's own exit status for pyinit run; on a full disk, without it
     (pyinit run then reports torchrun's status), said in one line."""
     rank = os.environ.get("RANK", "0")
+    record = {"rank": int(rank), "pid": os.getpid(), "exit": code, "time": time.time()}
     try:
-        write_json(status_dir / f"rank-{rank}.json", {"rank": int(rank), "exit": code},
-                   indent=None)  # fmt: skip
+        write_json(status_dir / f"rank-{rank}.json", record, indent=None)
     except OSError as error:
         print(f"pyinit run: rank {rank}'s exit status {code} is not recorded: "
               f"{error.strerror or error}", file=sys.stderr, flush=True)  # fmt: skip

@@ -1,0 +1,114 @@
+"""The liveness port: a TCP port on each node of a multi-node run (the master
+port + 1) that answers while ``pyinit run`` lives, so the other nodes can
+tell which node went away when a run fails, and that serves this node's
+stall verdict, so every node names the rank that stalled."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pyinit.jsonfile import parse_json
+
+PEER_POLL_S = 1.0  # how often a watched run asks the other nodes for a stall
+
+
+class Liveness:
+    """A TCP port on this node that answers while `pyinit run` lives, so the
+    other nodes can tell which node went away when a run fails. It answers
+    `alive`, or `stall {json}` once this node's stall watch has found a stall
+    (its verdict: the causes and where they were), which the other nodes'
+    watchers read, so every node names the rank that stalled."""
+
+    def __init__(self, address: str, port: int):
+        """Binds the port now (so a taken one fails before the run starts);
+        it answers once ``start`` runs."""
+        self.port = port
+        self.answer = b"alive\n"
+        self._stop = threading.Event()
+        self._seen: dict[int, int] = {}  # the last stall number each node reported
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        try:
+            self._sock = socket.create_server((address, port), family=family, reuse_port=False)
+        except OSError as e:
+            shown = f"[{address}]:{port}" if family == socket.AF_INET6 else f"{address}:{port}"
+            raise OSError(e.errno, f"cannot listen on {shown}, this node's liveness port "
+                          f"(--master-port + 1): {e.strerror}") from None  # fmt: skip
+
+    def start(self) -> None:
+        threading.Thread(target=self._serve, name="pyinit-liveness", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.sendall(self.answer)
+
+    def report_stall(self, verdict: dict[str, Any]) -> None:
+        self.answer = b"stall " + json.dumps(verdict).encode() + b"\n"
+
+    def _ask_peers(self, addresses: Sequence[str], own_rank: int,
+                   timeout_s: float) -> dict[int, bytes | None]:  # fmt: skip
+        """Every other node's answer on its liveness port (None: no answer)."""
+        answers: dict[int, bytes | None] = {}
+        for rank, address in enumerate(addresses):
+            if rank == own_rank:
+                continue
+            try:
+                with socket.create_connection((address, self.port), timeout=timeout_s) as conn:
+                    answers[rank] = conn.makefile("rb").readline(1 << 16)
+            except OSError:
+                answers[rank] = None
+        return answers
+
+    def new_peer_stalls(self, addresses: Sequence[str], own_rank: int) -> list[dict[str, Any]]:
+        """Each other node's stall verdict not seen before (asked once each)."""
+        found = []
+        for rank, line in self._ask_peers(addresses, own_rank, 0.5).items():
+            verdict = stall_verdict(line)
+            if verdict is not None and verdict["count"] > self._seen.get(rank, 0):
+                self._seen[rank] = verdict["count"]
+                found.append(verdict)
+        return found
+
+    def watch_peers(self, addresses: Sequence[str], own_rank: int,
+                    on_stall: Callable[[dict[str, Any]], None]) -> None:  # fmt: skip
+        """Asks every other node once a second; hands on each new stall verdict."""
+
+        def poll() -> None:
+            while not self._stop.wait(PEER_POLL_S):
+                for verdict in self.new_peer_stalls(addresses, own_rank):
+                    on_stall(verdict)
+
+        threading.Thread(target=poll, name="pyinit-peers", daemon=True).start()
+
+    def unreachable(self, addresses: Sequence[str], own_rank: int) -> list[int]:
+        """The other nodes that do not answer within 2 s."""
+        answers = self._ask_peers(addresses, own_rank, 2.0)
+        return [rank for rank, line in answers.items() if line is None]
+
+    def close(self) -> None:
+        self._stop.set()
+        self._sock.close()
+
+
+def stall_verdict(line: bytes | None) -> dict[str, Any] | None:
+    """A peer's `stall {json}` answer, or None for anything else: a peer may
+    be another program on that port, or cut off mid-line, and its garbage
+    must not end this node's watch."""
+    if not line or not line.startswith(b"stall "):
+        return None
+    try:
+        verdict = parse_json(line[6:].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    count = verdict.get("count") if isinstance(verdict, dict) else None
+    if not isinstance(count, int) or isinstance(count, bool):
+        return None
+    return verdict
