@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['CHECKSUM_ATTRIBUTE', 'DirectReader', 'DirectWriter', 'NcclConfig', 'NodeList', 'ReadStream', 'Topology', 'aligned_empty', 'become_subreaper', 'crc32c', 'die_with_parent', 'end_children', 'expand_nodelist', 'load_node_list', 'load_topology', 'memory_stats', 'nccl_config', 'read_boot_id', 'scan_topology', 'supervise', 'tuning_table_rules']
+__all__: list[str] = ['CHECKSUM_ATTRIBUTE', 'DirectReader', 'DirectWriter', 'MAX_CHANNELS', 'MAX_EXPECTED_GPUS', 'MAX_HOSTS', 'MAX_QUEUE_DEPTH', 'NcclConfig', 'NodeList', 'ReadStream', 'Topology', 'aligned_empty', 'become_subreaper', 'crc32c', 'die_with_parent', 'end_children', 'expand_nodelist', 'load_node_list', 'load_topology', 'memory_stats', 'nccl_config', 'read_boot_id', 'scan_topology', 'supervise', 'tuning_table_rules']
 class Topology:
     def expect_gpus(self, count: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
@@ -278,7 +278,7 @@ def memory_stats() -> dict:
     """
     The pool behind read(), read_batch(), aligned_empty() and the streams: arena bytes (mapped once, kept), bytes of large blocks in use, blocks in use, large blocks returned.
     """
-def nccl_config(topology: Topology, nodes: ... | None = None, hints: str = '', out_dir: str = '.', socket_ifname: str = '', force_rings: bool = False, channels: typing.SupportsInt | typing.SupportsIndex = 0, details: collections.abc.Mapping[str, tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, collections.abc.Sequence[tuple[str, str, typing.SupportsInt | typing.SupportsIndex]]]] = {}, environment: collections.abc.Mapping[str, str] = {}, proc_root: str = '/proc', tuned_env: collections.abc.Mapping[str, str] = {}, tuning_table: str = '') -> NcclConfig:
+def nccl_config(topology: Topology, *, nodes: ... | None = None, hints: str = '', out_dir: str = '.', socket_ifname: str = '', force_rings: bool = False, channels: typing.SupportsInt | typing.SupportsIndex = 0, details: collections.abc.Mapping[str, tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, collections.abc.Sequence[tuple[str, str, typing.SupportsInt | typing.SupportsIndex]]]] = {}, environment: collections.abc.Mapping[str, str] = {}, proc_root: str = '/proc', tuned_env: collections.abc.Mapping[str, str] = {}, tuning_table: str = '') -> NcclConfig:
     """
     Builds the NCCL configuration from a scanned topology and a node list (nothing is written until write()); tuned_env and tuning_table: a measured tuning for this node, its settings added to the env file and the table written beside it. InputError for bad input, OSError when the hints file cannot be read.
     """
@@ -299,4 +299,8 @@ def tuning_table_rules(text: str, source: str) -> tuple[str, int, int, list]:
     A tuning table as the NCCL tuner plugin reads it: (nccl_version, ranks, nodes, rules), each rule (collective, min_bytes, max_bytes, algorithm, protocol, channels) in NCCL's numbering, -1/0 where NCCL chooses. InputError naming source for a table the plugin would refuse.
     """
 CHECKSUM_ATTRIBUTE: str = 'user.pod-init.crc32c'
+MAX_CHANNELS: int = 32
+MAX_EXPECTED_GPUS: int = 4096
+MAX_HOSTS: int = 65536
+MAX_QUEUE_DEPTH: int = 4096
 __version__: str = '0.1.0'

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from pyinit import argtypes
+from pyinit import _native, argtypes
 
 OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
 STATE_NAMES = ("OK", "WARNING", "CRITICAL", "UNKNOWN")
@@ -263,7 +263,8 @@ def main(argv: list[str] | None, nvml_backend: Any = None) -> int:
                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
     parser.add_argument("--deadline", type=argtypes.seconds(0.1, 600), default=5.0,
                         help="seconds for every probe together")  # fmt: skip
-    parser.add_argument("--expect-gpus", type=argtypes.whole(0, 4096), metavar="N")
+    parser.add_argument("--expect-gpus", type=argtypes.whole(0, _native.MAX_EXPECTED_GPUS),
+                        metavar="N")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="the result as one JSON object")
     parser.add_argument("--sysfs-root", default="/sys", metavar="DIR")
     parser.add_argument("--dev-root", default="/dev", metavar="DIR", help=argparse.SUPPRESS)

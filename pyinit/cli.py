@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pyinit import argtypes
+from pyinit import _native, argtypes
 from pyinit.errors import EXIT_FAILURE, EXIT_STATUS_HELP, EXIT_USAGE, InputError, printable
 from pyinit.extras import MissingExtra
 from pyinit.run import config as run_config
@@ -122,8 +122,6 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 def _cmd_nccl(args: argparse.Namespace) -> int:
     from pyinit.nccl import configure
 
-    if args.node is not None and not args.hostfile:
-        raise InputError("--node needs --hostfile: the cluster it is a node of")
     topology = tuning = None
     if args.tune or args.retune:
         from pyinit.extras import require
@@ -258,8 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
     topo = _command(sub, "topo", help="PCIe topology: matrix, links, BARs, findings")
     topo.add_argument("--sysfs-root", default="/sys", metavar="DIR", help="the tree to scan")
     topo.add_argument("--json", action="store_true", help="print one JSON object")
-    topo.add_argument("--expect-gpus", type=argtypes.whole(0, 4096), metavar="N",
-                      help="an error finding when fewer GPUs are found")  # fmt: skip
+    topo.add_argument("--expect-gpus", type=argtypes.whole(0, _native.MAX_EXPECTED_GPUS),
+                      metavar="N", help="an error finding when fewer GPUs are found")  # fmt: skip
     topo.add_argument("--no-bar0", action="store_true", help="do not map GPU BAR0")
     topo.add_argument("--no-nvml", action="store_true", help="sysfs only, even with a driver")
     topo.add_argument("--nvml-replay", metavar="FILE",
@@ -292,7 +290,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--socket-ifname", type=_name, metavar="NAME", help="interface for NCCL's sockets"
     )
     nccl.add_argument(
-        "--channels", type=argtypes.whole(1, 32), metavar="N", help="ring channels in the graph"
+        "--channels",
+        type=argtypes.whole(1, _native.MAX_CHANNELS),
+        metavar="N",
+        help="ring channels in the graph",
     )
     nccl.add_argument("--no-nvml", action="store_true", help="sysfs only, even with a driver")
     nccl.add_argument("--nvml-replay", metavar="FILE",

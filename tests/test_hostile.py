@@ -140,6 +140,15 @@ BAD_INPUT = [
      "expected SRC:/absolute/destination"),
     (["build-root", "--out", "{tmp}/out", "--extra", "nosuch"], {}, 2,
      "--extra nosuch: pod-init has no such extra"),
+    # One owner per check: the core's, the same line from both commands.
+    (["pod-init", "nccl", "--sysfs-root", "{sys}", "--out", "{tmp}/out", "--node", "3"], {}, 2,
+     "--node needs --hostfile: the cluster it is a node of"),
+    (["pyinit", "nccl", "--sysfs-root", "{sys}", "--out", "{tmp}/out", "--node", "3"], {}, 2,
+     "--node needs --hostfile: the cluster it is a node of"),
+    (["pod-init", "nccl", "--sysfs-root", "{sys}", "--out", "{tmp}/out", "--channels", "33"], {},
+     2, "--channels needs a whole number from 1 to 32"),
+    (["pyinit", "nccl", "--sysfs-root", "{sys}", "--out", "{tmp}/out", "--channels", "33"], {},
+     2, "--channels: must be from 1 to 32"),
     # The second sweep (crashes, hangs, wrong shapes).
     (["pod-init", "nccl", "--sysfs-root", "{sys}", "--out", "{tmp}/out", "--hostfile", "{hosts}"],
      DEEP_LIST, 2, "expands to names longer than 255 characters"),

@@ -170,6 +170,11 @@ py::dict stats_dict(const pod_init::ReaderStats& stats) {
 PYBIND11_MODULE(_native, m) {
   m.doc() = "pod-init native core: PCIe topology scan and NCCL configuration";
   m.attr("__version__") = POD_INIT_VERSION;
+  // The core's limits, which the command lines' ranges are made from.
+  m.attr("MAX_CHANNELS") = pod_init::kMaxChannels;
+  m.attr("MAX_EXPECTED_GPUS") = pod_init::kMaxExpectedGpus;
+  m.attr("MAX_HOSTS") = pod_init::kMaxHosts;
+  m.attr("MAX_QUEUE_DEPTH") = pod_init::kMaxQueueDepth;
 
   // OSError(errno, "operation: text", path) picks the subclass
   // (FileNotFoundError, PermissionError, ...) and sets .errno and .filename;
@@ -319,8 +324,9 @@ PYBIND11_MODULE(_native, m) {
          bool force_rings, int channels, const DetailsArg& details,
          const std::map<std::string, std::string>& environment, const std::string& proc_root,
          const std::map<std::string, std::string>& tuned_env, const std::string& tuning_table) {
-        pod_init::NcclRequest request;
-        request.topo = topology;
+        py::gil_scoped_release release;
+        pod_init::NcclRequest request =
+            pod_init::make_nccl_request(topology, {hints, proc_root, environment});
         if (nodes) request.nodes = *nodes;
         request.out_dir = out_dir;
         request.socket_ifname = socket_ifname;
@@ -330,16 +336,9 @@ PYBIND11_MODULE(_native, m) {
         request.environment = environment;
         request.tuned_env = tuned_env;
         request.tuning_table = tuning_table;
-        py::gil_scoped_release release;
-        if (!hints.empty()) {
-          request.hints = pod_init::read_topo_hints(hints);
-          request.hints_source = hints;
-        }
-        request.cpu = pod_init::read_cpu_identity(proc_root);
-        request.gpudirect_known = pod_init::gpudirect_loaded(topology.sysfs_root);
         return pod_init::build_nccl_config(request);
       },
-      py::arg("topology"), py::arg("nodes") = py::none(), py::arg("hints") = "",
+      py::arg("topology"), py::kw_only(), py::arg("nodes") = py::none(), py::arg("hints") = "",
       py::arg("out_dir") = ".", py::arg("socket_ifname") = "", py::arg("force_rings") = false,
       py::arg("channels") = 0, py::arg("details") = DetailsArg{},
       py::arg("environment") = std::map<std::string, std::string>{}, py::arg("proc_root") = "/proc",

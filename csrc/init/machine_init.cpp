@@ -289,11 +289,8 @@ NcclConfig configure_gpus(const Topology& topo) {
       boot_log("nvidia: " + std::to_string(nodes.size()) + " device nodes made");
     }
   }
-  NcclRequest request;
-  request.topo = topo;
+  NcclRequest request = make_nccl_request(topo, {"", "/proc", process_environment()});
   request.out_dir = std::string(kBootStateDir) + "/nccl";
-  request.cpu = read_cpu_identity("/proc");
-  request.gpudirect_known = gpudirect_loaded("/sys");
   return build_nccl_config(request);
 }
 

@@ -287,6 +287,10 @@ std::string hosts_lines(const std::vector<HostEntry>& hosts) {
 NodeList load_node_list(const std::string& path, const std::string& text, int node) {
   NodeList nodes;
   nodes.source = path;
+  if (path.empty() && text.empty()) {
+    if (node >= 0) throw InputError("", 0, "--node needs --hostfile: the cluster it is a node of");
+    return nodes;  // this node alone
+  }
   std::string content = text.empty() ? load_input_file(path) : text;
   LineError error;
   if (parse_hostfile(content, false, &nodes.hosts, &error) < 0) {

@@ -51,7 +51,8 @@ struct NodeList {
 };
 
 // The API layer over the above: parses the hostfile (`text`, or read from
-// `path` when empty; names are an error) and finds this node by the addresses
+// `path` when empty; names are an error; neither: this node alone, and a
+// `node` then is an InputError, --node needing --hostfile) and finds this node by the addresses
 // of its interfaces, or takes `node` (0 to hosts - 1) when it is not -1: a plan
 // for that node of a cluster this machine need not belong to. Throws
 // InputError naming the file and line (or the node out of range), SysError

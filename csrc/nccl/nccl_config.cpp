@@ -218,8 +218,6 @@ std::string env_file(const NcclConfig& config) {
   return out;
 }
 
-}  // namespace
-
 TopoHints read_topo_hints(const std::string& path) {
   std::string text = load_input_file(path);
   TopoHints hints;
@@ -240,11 +238,42 @@ bool gpudirect_loaded(const std::string& sysfs_root) {
   return access((sysfs_root + "/module/nvidia_peermem").c_str(), F_OK) == 0;
 }
 
+}  // namespace
+
+NcclRequest make_nccl_request(Topology topo, const NcclSources& sources) {
+  NcclRequest request;
+  if (!sources.hints.empty()) {
+    request.hints = read_topo_hints(sources.hints);
+    request.hints_source = sources.hints;
+  }
+  request.cpu = read_cpu_identity(sources.proc_root);
+  request.gpudirect_known = gpudirect_loaded(topo.sysfs_root);
+  for (const auto& [key, value] : sources.environment) {
+    if (key.rfind("NCCL_", 0) == 0) request.environment[key] = value;
+  }
+  request.topo = std::move(topo);
+  return request;
+}
+
+std::map<std::string, std::string> process_environment() {
+  std::map<std::string, std::string> environment;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    std::string_view text = *entry;
+    size_t equals = text.find('=');
+    if (equals != std::string_view::npos) {
+      environment.emplace(text.substr(0, equals), text.substr(equals + 1));
+    }
+  }
+  return environment;
+}
+
 NcclConfig build_nccl_config(const NcclRequest& request) {
   NcclConfig config;
   config.out_dir = absolute(request.out_dir);
   if (request.channels < 0 || request.channels > kMaxChannels) {
-    throw InputError("", 0, "--channels must be from 1 to 32");
+    throw InputError("", 0,
+                     "--channels must be from 1 to " + std::to_string(kMaxChannels) + ", not " +
+                         std::to_string(request.channels));
   }
   config.topo = request.topo;
   apply_hints(request, &config);

@@ -40,13 +40,23 @@ struct NcclRequest {
   std::string tuning_table;
 };
 
-// The API layer's reads for a request, each done once: the hints file
-// (SysError when unreadable, InputError naming the line when malformed), the
-// CPU identity from PROC_ROOT/cpuinfo and whether nvidia-peermem is loaded
-// under SYSFS_ROOT.
-TopoHints read_topo_hints(const std::string& path);
-CpuIdentity read_cpu_identity(const std::string& proc_root);
-bool gpudirect_loaded(const std::string& sysfs_root);
+// What a caller names for a request: files to read and the environment.
+struct NcclSources {
+  std::string hints;                               // the hints file; "" none
+  std::string proc_root = "/proc";                 // whose cpuinfo names the CPU
+  std::map<std::string, std::string> environment;  // the whole environment: its NCCL_* win
+};
+
+// The one place a request is made (pod-init nccl, PID 1, pyinit): the
+// topology as scanned, and each source read once: the hints file (SysError
+// when unreadable, InputError naming the line when malformed), the CPU
+// identity from PROC_ROOT/cpuinfo, whether nvidia-peermem is loaded under the
+// topology's sysfs root, and the environment's NCCL_* settings. The caller
+// adds the values it has (nodes, out_dir, options, NVML's details).
+NcclRequest make_nccl_request(Topology topo, const NcclSources& sources);
+
+// The environment of this process as a map (for NcclSources::environment).
+std::map<std::string, std::string> process_environment();
 
 struct EnvSetting {
   std::string key;

@@ -157,8 +157,9 @@ int run_topo(const std::vector<std::string>& args) {
     } else if (arg == "--expect-gpus") {
       const std::string* value = next();
       auto count = value ? pod_init::sysfs::parse_int(*value) : std::nullopt;
-      if (!count || *count < 0 || *count > 4096) {
-        return usage_error("--expect-gpus needs a whole number from 0 to 4096");
+      if (!count || *count < 0 || *count > pod_init::kMaxExpectedGpus) {
+        return usage_error("--expect-gpus needs a whole number from 0 to " +
+                           std::to_string(pod_init::kMaxExpectedGpus));
       }
       options.expect_gpus = static_cast<int>(*count);
     } else if (arg == "-h" || arg == "--help") {
@@ -176,13 +177,13 @@ int run_topo(const std::vector<std::string>& args) {
 }
 
 int run_nccl(const std::vector<std::string>& args) {
-  pod_init::NcclRequest request;
+  pod_init::NcclRequest options;  // the option fields; the request is made below
   std::string sysfs_root = "/sys", proc_root = "/proc", hints, hostfile;
   int node = -1;
   const std::pair<const char*, std::string*> paths[] = {
       {"--sysfs-root", &sysfs_root}, {"--proc-root", &proc_root},
       {"--hints", &hints},           {"--hostfile", &hostfile},
-      {"--out", &request.out_dir},   {"--socket-ifname", &request.socket_ifname}};
+      {"--out", &options.out_dir},   {"--socket-ifname", &options.socket_ifname}};
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     const std::string* value = i + 1 < args.size() ? &args[i + 1] : nullptr;
@@ -193,13 +194,14 @@ int run_nccl(const std::vector<std::string>& args) {
       *path->second = *value;
       ++i;
     } else if (arg == "--force-rings") {
-      request.force_rings = true;
+      options.force_rings = true;
     } else if (arg == "--channels") {
       auto count = value ? pod_init::sysfs::parse_int(*value) : std::nullopt;
       if (!count || *count < 1 || *count > pod_init::kMaxChannels) {
-        return usage_error("--channels needs a whole number from 1 to 32");
+        return usage_error("--channels needs a whole number from 1 to " +
+                           std::to_string(pod_init::kMaxChannels));
       }
-      request.channels = static_cast<int>(*count);
+      options.channels = static_cast<int>(*count);
       ++i;
     } else if (arg == "--node") {
       auto index = value ? pod_init::sysfs::parse_int(*value) : std::nullopt;
@@ -214,25 +216,15 @@ int run_nccl(const std::vector<std::string>& args) {
       return usage_error("nccl: unknown argument '" + arg + "'");
     }
   }
-  for (char** entry = environ; *entry != nullptr; ++entry) {
-    std::string text = *entry;
-    size_t equals = text.find('=');
-    if (text.rfind("NCCL_", 0) == 0 && equals != std::string::npos) {
-      request.environment[text.substr(0, equals)] = text.substr(equals + 1);
-    }
-  }
   return reporting_errors([&] {
-    request.topo = pod_init::scan({sysfs_root, -1, false});
-    if (!hints.empty()) {
-      request.hints = pod_init::read_topo_hints(hints);
-      request.hints_source = hints;
-    }
-    if (node >= 0 && hostfile.empty()) {
-      throw pod_init::InputError("", 0, "--node needs --hostfile: the cluster it is a node of");
-    }
-    if (!hostfile.empty()) request.nodes = pod_init::load_node_list(hostfile, "", node);
-    request.cpu = pod_init::read_cpu_identity(proc_root);
-    request.gpudirect_known = pod_init::gpudirect_loaded(sysfs_root);
+    pod_init::NcclRequest request =
+        pod_init::make_nccl_request(pod_init::scan({sysfs_root, -1, false}),
+                                    {hints, proc_root, pod_init::process_environment()});
+    request.nodes = pod_init::load_node_list(hostfile, "", node);
+    request.out_dir = options.out_dir;
+    request.socket_ifname = options.socket_ifname;
+    request.force_rings = options.force_rings;
+    request.channels = options.channels;
     pod_init::NcclConfig config = pod_init::build_nccl_config(request);
     pod_init::write_nccl_files(config);
     std::string out = pod_init::nccl_summary(config);

@@ -73,9 +73,12 @@ struct Topology {
   double scan_seconds = 0;
 };
 
+// The most GPUs a node may be expected to hold (--expect-gpus): far past any machine.
+inline constexpr int kMaxExpectedGpus = 4096;
+
 struct ScanOptions {
   std::string sysfs_root = "/sys";
-  int expect_gpus = -1;  // < 0: no expectation
+  int expect_gpus = -1;  // < 0: no expectation; at most kMaxExpectedGpus
   bool probe_bar0 = true;
 };
 

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pyinit import argtypes
+from pyinit import _native, argtypes
 from pyinit.bench.plotting import human_bytes, pyplot, save_figure
 from pyinit.errors import InputError
 from pyinit.extras import note_missing
@@ -394,8 +394,8 @@ def main(argv: list[str] | None = None) -> int:
                            help="random or sequential reads (the reader only reads)")  # fmt: skip
     fio_knobs.add_argument("--bs", type=argtypes.size(512, 1 << 30), metavar="SIZE",
                            help="block size, a multiple of 512 (default 4k)")  # fmt: skip
-    fio_knobs.add_argument("--iodepth", type=argtypes.whole(1, 4096), help="reads in flight per job"
-                           " (default 1)")  # fmt: skip
+    fio_knobs.add_argument("--iodepth", type=argtypes.whole(1, _native.MAX_QUEUE_DEPTH),
+                           help="reads in flight per job (default 1)")  # fmt: skip
     fio_knobs.add_argument("--numjobs", type=argtypes.whole(1, 256), default=1,
                            help="readers running at once, reported as one group")  # fmt: skip
     fio_knobs.add_argument("--api", choices=APIS, help="how our reader is called (default: read "

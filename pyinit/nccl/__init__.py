@@ -69,7 +69,7 @@ def load_nodes(hostfile: str, *, dns: bool = True, node: int | None = None) -> _
     instead (another machine: its addresses are not looked for here).
     ``InputError`` naming the file and line for bad content, ``OSError`` when
     the file cannot be read."""
-    text = resolve_hostfile(hostfile) if dns else ""
+    text = resolve_hostfile(hostfile) if dns and hostfile else ""
     return _native.load_node_list(hostfile, text, -1 if node is None else node)
 
 
@@ -105,10 +105,8 @@ def configure(
     """
     if topology is None:
         topology = scan(str(sysfs_root), probe_bar0=False)
-    if node is not None and not hostfile and nodes is None:
-        raise InputError("node needs a hostfile: the cluster it is a node of")
-    if nodes is None and hostfile:
-        nodes = load_nodes(hostfile, dns=dns, node=node)
+    if nodes is None and (hostfile or node is not None):
+        nodes = load_nodes(hostfile or "", dns=dns, node=node)  # the core checks the pair
     env = os.environ if environment is None else environment
     return _native.nccl_config(
         topology._native,
@@ -119,7 +117,7 @@ def configure(
         force_rings=force_rings,
         channels=channels or 0,
         details=nvml.details() if nvml is not None else {},
-        environment={k: v for k, v in env.items() if k.startswith("NCCL_")},
+        environment=dict(env),  # the core keeps the NCCL_* settings
         proc_root=str(proc_root),
         tuned_env=tuning.env if tuning else {},
         tuning_table=tuning.to_json() if tuning else "",

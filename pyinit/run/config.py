@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyinit import argtypes
+from pyinit import _native, argtypes
 from pyinit.errors import InputError
 from pyinit.extras import require
 
@@ -98,7 +98,7 @@ def add_arguments(run: argparse.ArgumentParser, environ: Mapping[str, str] = os.
     option("--preflight", "warn", "strict: do not start on an error finding",
            choices=PREFLIGHT_MODES)  # fmt: skip
     option("--expect-gpus", None, "a preflight error when fewer GPUs are found",
-           type=argtypes.whole(0, 4096), metavar="N")  # fmt: skip
+           type=argtypes.whole(0, _native.MAX_EXPECTED_GPUS), metavar="N")  # fmt: skip
     run.add_argument("--run-dir", metavar="DIR", help="events.jsonl, NCCL files (pyinit-run/nodeR)")
     option("--monitor-interval", 5.0, "sample into RUN_DIR/monitor.jsonl every S seconds "
            "(0: off)", type=argtypes.seconds(0.1, 3600, zero=True), metavar="S")  # fmt: skip
