@@ -201,7 +201,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from pyinit import check
+    from pyinit.health import check
 
     return check.main(args.options, nvml_backend)
 

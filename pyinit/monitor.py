@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from pyinit.errors import InputError
+from pyinit.health.xid import ACTIONS, CATALOG, classify
 from pyinit.jsonfile import load_json, read_input_text
-from pyinit.xid import ACTIONS, CATALOG, classify
 
 SECTOR_BYTES = 512
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import sysfs_fixtures
 
-from pyinit.xid import CATALOG, classify, parse_kernel_line
+from pyinit.health.xid import CATALOG, classify, parse_kernel_line
 
 ROOT = Path(__file__).resolve().parent.parent
 REPLAY = ROOT / "tests" / "data" / "h200x2-nvml.json"
@@ -103,7 +103,7 @@ def test_bad_usage_is_unknown(pyinit_bin, args):
 def test_the_kernel_log_is_read_without_blocking():
     """/dev/kmsg blocks a plain read at the end of its records; the reader
     stops there instead. Needs root (kernel.dmesg_restrict)."""
-    from pyinit.xid import read_kernel_log
+    from pyinit.health.xid import read_kernel_log
 
     if os.geteuid() != 0 or not Path("/dev/kmsg").exists():
         pytest.skip("reading /dev/kmsg needs root and the device")

@@ -343,21 +343,27 @@ def test_strict_preflight_refuses_to_start(pyinit_bin, tmp_path):
 
 
 def test_nvml_health_errors_are_preflight_errors():
+    from pyinit.health import gpu_health
     from pyinit.nvml import FakeNvml, read_nvml
-    from pyinit.run.preflight import gpu_health
+    from pyinit.topology import Finding
 
     spec = json.loads((ROOT / "tests" / "data" / "h200x2-nvml.json").read_text())
     assert gpu_health(read_nvml(FakeNvml(spec))) == []  # the lent machine: healthy
     spec["gpus"][1]["health"] = {"ecc_enabled": True, "ecc_uncorrected_volatile": 2,
                                  "remap_pending": True, "remap_failed": False}  # fmt: skip
+    # A x16 GPU in a x8 slot: the scan caps the width by the slot, and NVML
+    # says nothing of links (it once failed --preflight strict in Python only).
     spec["gpus"][0]["pcie"] = [5, 5, 8, 16]
+    spec["gpus"][0]["bar1_total"] = 1 << 30  # smaller than the memory
+    spec["gpus"][1]["bar1_total"] = 1 << 28  # and what the scan calls BAR1_SMALL
     view = read_nvml(FakeNvml(spec))
-    found = {(f.severity, f.code, f.device) for f in gpu_health(view)}
     first, second = view.gpus[0].bdf, view.gpus[1].bdf
+    scanned = [Finding("error", "BAR1_SMALL", second, "BAR1 is 256 MiB")]
+    found = {(f.severity, f.code, f.device) for f in gpu_health(view, scanned)}
     assert found == {
         ("error", "ECC_UNCORRECTED", second),
         ("warning", "ROW_REMAP_PENDING", second),
-        ("error", "PCIE_WIDTH_DEGRADED", first),
+        ("warning", "BAR1_BELOW_MEMORY", first),
     }
 
 

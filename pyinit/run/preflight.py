@@ -1,7 +1,8 @@
 """The checks before a run starts: the node's topology, scanned once per boot
 (PID 1's scan reused when it describes this boot), its findings, and NVML's
 view of the GPUs' health. The topology findings come from the C++ core, the
-same code PID 1 logs at boot; NVML's part exists only in Python."""
+same code PID 1 logs at boot; what NVML alone knows comes from
+``pyinit.health``."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyinit.boot_state import BootState, read_boot_state, reusable
+from pyinit.health import gpu_health
 from pyinit.topology import Finding, Topology, load, scan
 
 
@@ -57,37 +59,7 @@ def preflight(
         if gpus:
             problems.append(Finding("warning", "NVML_UNAVAILABLE", "", str(e)))
     if view is not None:
-        problems += gpu_health(view)
+        problems += gpu_health(view, problems)
     if mode == "off":
         problems = []
     return NodeView(topo, "boot state" if state else "scan", state, tuple(problems), gpus, view)
-
-
-def gpu_health(view: Any) -> list[Finding]:
-    found = []
-    for gpu in view.gpus:
-        h = gpu.health
-        if h.get("ecc_enabled") is False:
-            found.append(Finding("warning", "ECC_DISABLED", gpu.bdf, "ECC is off"))
-        if h.get("ecc_uncorrected_volatile"):
-            found.append(Finding("error", "ECC_UNCORRECTED", gpu.bdf,
-                                 f"{h['ecc_uncorrected_volatile']} uncorrected ECC errors "
-                                 "since the driver loaded"))  # fmt: skip
-        if h.get("remap_failed"):
-            found.append(Finding("error", "ROW_REMAP_FAILED", gpu.bdf,
-                                 "a memory row remap failed: the GPU needs service"))  # fmt: skip
-        if h.get("remap_pending"):
-            found.append(Finding("warning", "ROW_REMAP_PENDING", gpu.bdf,
-                                 "a memory row remap waits for a GPU reset"))  # fmt: skip
-        if gpu.pcie_width and gpu.pcie_width < gpu.pcie_max_width:
-            found.append(Finding("error", "PCIE_WIDTH_DEGRADED", gpu.bdf,
-                                 f"PCIe x{gpu.pcie_width} of x{gpu.pcie_max_width}"))  # fmt: skip
-        if gpu.pcie_generation and gpu.pcie_generation < gpu.pcie_max_generation:
-            found.append(Finding("info", "PCIE_GEN_IDLE", gpu.bdf,
-                                 f"PCIe gen {gpu.pcie_generation} of {gpu.pcie_max_generation}: "
-                                 "idle GPUs lower it; check under load"))  # fmt: skip
-        if gpu.bar1_total and gpu.bar1_total < gpu.memory_total:
-            found.append(Finding("warning", "BAR1_SMALL", gpu.bdf,
-                                 f"BAR1 {gpu.bar1_total >> 20} MiB < memory "
-                                 f"{gpu.memory_total >> 20} MiB"))  # fmt: skip
-    return found

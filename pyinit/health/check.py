@@ -69,8 +69,8 @@ def probe_topology(args: argparse.Namespace) -> list[Problem]:
 
 
 def probe_nvml(args: argparse.Namespace) -> list[Problem]:
+    from pyinit.health import gpu_health
     from pyinit.nvml import NvmlUnavailable, read_nvml
-    from pyinit.run.preflight import gpu_health
 
     try:
         view = read_nvml(args.nvml_backend)
@@ -157,7 +157,7 @@ def probe_nvme(args: argparse.Namespace) -> list[Problem]:
 
 
 def probe_xid(args: argparse.Namespace) -> list[Problem]:
-    from pyinit.xid import ACTIONS, read_kernel_log
+    from pyinit.health.xid import ACTIONS, read_kernel_log
 
     try:
         events = read_kernel_log(args.kmsg)
