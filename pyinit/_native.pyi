@@ -112,6 +112,11 @@ class ReadStream:
     def backend(self) -> str:
         ...
     @property
+    def backend_note(self) -> str:
+        """
+        Why this stream fell back to pread; '' when it did not.
+        """
+    @property
     def closed(self) -> bool:
         ...
     @property

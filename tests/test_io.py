@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pyinit.bench.io import loop_device_over
-from pyinit.io import DirectIOUnavailable, DirectReader
+from pyinit.io import DirectIOUnavailable, DirectReader, DirectWriter
 
 SIZE = (4 << 20) + 777  # not a multiple of any block size
 BACKENDS = ["io_uring", "pread"]
@@ -568,6 +568,7 @@ def test_auto_falls_back_to_pread_when_io_uring_is_disabled(data_file):
     if os.geteuid() != 0 or not knob.exists():
         pytest.skip("needs root and kernel.io_uring_disabled (Linux 6.6+)")
     before = knob.read_text()
+    early = DirectReader(data_file[0])  # on io_uring, before the kernel refuses it
     knob.write_text("2\n")
     try:
         with DirectReader(data_file[0]) as r:
@@ -576,8 +577,18 @@ def test_auto_falls_back_to_pread_when_io_uring_is_disabled(data_file):
             assert r.read(0, 8).tobytes() == data_file[1][:8]
         with pytest.raises(PermissionError):
             DirectReader(data_file[0], backend="io_uring")
+        # One choice for the reader, its streams and the writer: each falls back, saying so
+        # (a stream once raised, a writer fell back without a word).
+        stream = early.stream([0, 4096], 4096)
+        assert stream.backend == "pread" and "io_uring unavailable (EPERM)" in stream.backend_note
+        assert next(iter(stream)).tobytes() == data_file[1][:4096]
+        stream.close()
+        with DirectWriter(data_file[0].parent / "w.bin") as w:
+            w.write(b"x" * 10)
+        assert "io_uring unavailable (EPERM)" in w.note
     finally:
         knob.write_text(before)
+        early.close()
 
 
 @pytest.mark.root

@@ -148,6 +148,22 @@ def test_an_exception_inside_the_run_still_ends_the_log(tmp_path, monkeypatch):
     assert end["event"] == "end" and end["error"] == "RuntimeError: a bug in launch"
 
 
+def test_a_program_worker_forwards_what_pod_init_forwards(tmp_path):
+    """A --no-python program once got TERM, INT and HUP only, and its orphans
+    went unreaped; it runs under the core's supervisor now, as pod-init's command."""
+    program = tmp_path / "program.sh"
+    program.write_text("#!/bin/sh\ntrap 'echo got-usr1; exit 9' USR1\necho ready\n"
+                       "while :; do sleep 0.05; done\n")  # fmt: skip
+    program.chmod(0o755)
+    worker = subprocess.Popen([sys.executable, "-m", "pyinit.run.worker", tmp_path, "program",
+                               program], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert worker.stdout.readline() == "ready\n"
+    worker.send_signal(signal.SIGUSR1)
+    out, _ = worker.communicate(timeout=30)
+    assert worker.returncode == 9 and "got-usr1" in out
+    assert json.loads((tmp_path / "rank-0.json").read_text())["exit"] == 9
+
+
 def test_restarts_are_events(pyinit_bin, tmp_path):
     script = tmp_path / "flaky.py"
     # Fails on torchrun's first attempt, passes on its restart.

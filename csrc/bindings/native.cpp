@@ -487,6 +487,8 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("remaining", &Stream::remaining, "Rows not yet returned.")
       .def_property_readonly("depth", &Stream::depth)
       .def_property_readonly("backend", &Stream::backend)
+      .def_property_readonly("backend_note", &Stream::backend_note,
+                             "Why this stream fell back to pread; '' when it did not.")
       .def_property_readonly("closed", &Stream::closed);
 
   py::class_<pod_init::DirectReader>(m, "DirectReader")

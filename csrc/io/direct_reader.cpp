@@ -191,18 +191,9 @@ void DirectReader::ensure_backend() {
   pool_ = std::make_unique<BufferPool>();
   int rc = pool_->init(kSlotSize, depth_);
   if (rc < 0) throw SysError(-rc, "map bounce buffers");
-  backend_note_.clear();
   std::vector<int> fds;
   for (const DirectFile& file : files_) fds.push_back(file.fd);
-  if (choice_ != BackendChoice::Pread) {
-    rc = make_uring_backend(fds, depth_, pool_.get(), &backend_);
-    if (rc < 0 && choice_ == BackendChoice::IoUring) {
-      throw SysError(-rc, "io_uring_setup");
-    }
-    if (rc < 0)
-      backend_note_ = "io_uring unavailable (" + errno_name(-rc) + "): " + errno_text(-rc);
-  }
-  if (!backend_) backend_ = make_pread_backend(std::move(fds), depth_);
+  backend_ = choose_backend(choice_, fds, depth_, pool_.get(), &backend_note_);
   backend_thread_ = std::this_thread::get_id();
 }
 
@@ -392,12 +383,11 @@ DirectReader::Stream::Stream(const DirectReader& reader, std::vector<uint64_t> o
     if (rc < 0) throw SysError(-rc, "map bounce buffers");
     std::vector<int> fds;
     for (const DirectFile& file : files_) fds.push_back(file.fd);
-    bool pread = reader.choice_ == BackendChoice::Pread ||
-                 std::string(reader.backend_ ? reader.backend_->name() : "") == "pread";
-    if (!pread && (rc = make_uring_backend(fds, depth_, &bounce_, &backend_)) < 0) {
-      throw SysError(-rc, "io_uring_setup");
-    }
-    if (!backend_) backend_ = make_pread_backend(std::move(fds), depth_);
+    // The reader's choice, as it turned out: a reader that fell back to the
+    // pool does not try io_uring again for its streams.
+    bool pread = std::string(reader.backend_ ? reader.backend_->name() : "") == "pread";
+    backend_ = choose_backend(pread ? BackendChoice::Pread : reader.choice_, fds, depth_, &bounce_,
+                              &backend_note_);
     queue_ = std::make_unique<PieceQueue>(backend_.get(), &bounce_, &paths_, &stats_);
     plan_ahead();
   } catch (...) {

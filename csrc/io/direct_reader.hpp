@@ -24,8 +24,6 @@
 
 namespace pod_init {
 
-enum class BackendChoice { Auto, IoUring, Pread };
-
 // IoCounters: the reads issued to the kernel, how many went through
 // registered memory, and their latency (submit to completion).
 struct ReaderStats : IoCounters {
@@ -168,6 +166,8 @@ class DirectReader::Stream {
   size_t remaining() const;  // rows not yet returned
   unsigned depth() const { return depth_; }
   std::string backend() const;
+  // Why the stream's thread fell back to pread (as the reader's note); "" when it did not.
+  const std::string& backend_note() const { return backend_note_; }
   ReaderStats stats() const;
 
  private:
@@ -197,6 +197,7 @@ class DirectReader::Stream {
   mutable std::mutex mutex_;
   BufferPool bounce_;
   std::unique_ptr<IoBackend> backend_;
+  std::string backend_note_;
   std::unique_ptr<PieceQueue> queue_;
   std::deque<Unit> units_;  // planned, in order
   static constexpr size_t kLookaheadBytes = 64 << 20;

@@ -113,10 +113,9 @@ DirectWriter::DirectWriter(std::string path, uint64_t expected_size, int64_t que
       throw SysError(ENOSPC, "find room for " + std::to_string(expected_size) + " bytes for",
                      path_);
     }
-    std::vector<int> fds{fd_};
-    if (make_uring_backend(fds, depth_, nullptr, &backend_) < 0) {
-      backend_ = make_pread_backend(fds, depth_);
-    }
+    std::string fallback;
+    backend_ = choose_backend(BackendChoice::Auto, {fd_}, depth_, nullptr, &fallback);
+    if (!fallback.empty()) note_ += std::string(note_.empty() ? "" : "; ") + fallback;
     queue_ = std::make_unique<PieceQueue>(backend_.get(), nullptr, &names_, &counters_);
   } catch (...) {
     discard();

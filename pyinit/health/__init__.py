@@ -33,7 +33,9 @@ def gpu_health(view: Any, scanned: Sequence[Finding] = ()) -> list[Finding]:
             found.append(Finding("warning", "ROW_REMAP_PENDING", gpu.bdf,
                                  "a memory row remap waits for a GPU reset"))  # fmt: skip
         if gpu.bar1_total and gpu.bar1_total < gpu.memory_total and gpu.bdf not in small_bar1:
-            text = (f"BAR1 {gpu.bar1_total >> 20} MiB < memory {gpu.memory_total >> 20} MiB: "
-                    "not all of it can be mapped")
+            text = (
+                f"BAR1 {gpu.bar1_total >> 20} MiB < memory {gpu.memory_total >> 20} MiB: "
+                "not all of it can be mapped"
+            )
             found.append(Finding("warning", "BAR1_BELOW_MEMORY", gpu.bdf, text))
     return found

@@ -29,7 +29,6 @@ import functools
 import os
 import runpy
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -62,13 +61,12 @@ def _record(status_dir: Path, code: int) -> None:
 
 
 def _run_program(argv: list[str]) -> int:
-    """A program as a child: TERM, INT and HUP passed on, its status returned
-    as a shell gives it (128+N for signal N)."""
-    child = subprocess.Popen(argv)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda number, _frame: child.send_signal(number))
-    code = child.wait()
-    return 128 - code if code < 0 else code
+    """A program under the core's supervisor, as pod-init runs a command: the
+    seven signals forwarded, every child reaped, its status as a shell gives
+    it (128+N for signal N, 127 not found). This worker runs no thread of its
+    own, so the signals the supervisor waits for are blocked in all of them."""
+    return _native.supervise(argv, {}, on_log=lambda line: print(f"pyinit run: {line}",
+                                                                 file=sys.stderr))  # fmt: skip
 
 
 def attempt_store(dist: Any, args: tuple, kwargs: dict[str, Any]) -> None:

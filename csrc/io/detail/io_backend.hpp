@@ -52,4 +52,15 @@ int make_uring_backend(const std::vector<int>& fds, unsigned depth, const Buffer
 
 std::unique_ptr<IoBackend> make_pread_backend(std::vector<int> fds, unsigned depth);
 
+// Auto: io_uring where the kernel allows it, else the thread pool.
+enum class BackendChoice { Auto, IoUring, Pread };
+
+// The one choice of backend, for the reader, its streams and the writer:
+// Pread as asked; IoUring or a SysError (io_uring_setup) when the kernel
+// refuses it; Auto falls back to the thread pool, saying why in `note`
+// ("" when nothing was fallen back from).
+std::unique_ptr<IoBackend> choose_backend(BackendChoice choice, const std::vector<int>& fds,
+                                          unsigned depth, const BufferPool* pool,
+                                          std::string* note);
+
 }  // namespace pod_init

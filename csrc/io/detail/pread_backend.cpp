@@ -8,6 +8,7 @@
 #include <thread>
 #include <utility>
 
+#include "common/error.hpp"
 #include "io/detail/io_backend.hpp"
 
 namespace pod_init {
@@ -92,6 +93,20 @@ class PreadBackend : public IoBackend {
 
 std::unique_ptr<IoBackend> make_pread_backend(std::vector<int> fds, unsigned depth) {
   return std::make_unique<PreadBackend>(std::move(fds), depth);
+}
+
+std::unique_ptr<IoBackend> choose_backend(BackendChoice choice, const std::vector<int>& fds,
+                                          unsigned depth, const BufferPool* pool,
+                                          std::string* note) {
+  note->clear();
+  if (choice != BackendChoice::Pread) {
+    std::unique_ptr<IoBackend> uring;
+    int rc = make_uring_backend(fds, depth, pool, &uring);
+    if (rc == 0) return uring;
+    if (choice == BackendChoice::IoUring) throw SysError(-rc, "io_uring_setup");
+    *note = "io_uring unavailable (" + errno_name(-rc) + "): " + errno_text(-rc);
+  }
+  return make_pread_backend(fds, depth);
 }
 
 }  // namespace pod_init
