@@ -1,5 +1,4 @@
-// pyinit._native: the only file that includes pybind11. It exposes the core
-// as is; pyinit/topology.py turns its JSON into dataclasses.
+// Direct IO: the reader, its streams, the writer, the pool and CRC-32C.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -7,49 +6,17 @@
 #include <optional>
 #include <string>
 #include <variant>
+#include <vector>
 
+#include "bindings/bindings.hpp"
 #include "common/crc32c.hpp"
 #include "common/error.hpp"
-#include "common/text.hpp"
-#include "init/boot_state.hpp"
-#include "init/supervisor.hpp"
 #include "io/direct_reader.hpp"
 #include "io/direct_writer.hpp"
-#include "nccl/hostfile.hpp"
-#include "nccl/nccl_config.hpp"
-#include "nccl/tuner/tuning_table.hpp"
-#include "topology/nvlink.hpp"
-#include "topology/report.hpp"
-#include "topology/topology.hpp"
 
-namespace py = pybind11;
+namespace pod_init::bindings {
 
 namespace {
-
-// {bdf: (sm, link_gbs, [(target, "gpu" | "switch", count), ...])}: plain
-// Python data, so pyinit's NVML layer needs no native types.
-using DetailsArg =
-    std::map<std::string,
-             std::tuple<int, double, std::vector<std::tuple<std::string, std::string, int>>>>;
-
-pod_init::GpuDetailsMap to_details(const DetailsArg& arg) {
-  pod_init::GpuDetailsMap details;
-  for (const auto& [bdf, value] : arg) {
-    const auto& [sm, link_gbs, links] = value;
-    pod_init::GpuDetails& gpu = details[bdf];
-    gpu.sm = sm;
-    gpu.link_gbs = link_gbs;
-    for (const auto& [target, peer, count] : links) {
-      if (peer != "gpu" && peer != "switch") {
-        throw py::value_error("NVLink peer must be 'gpu' or 'switch', not '" + peer + "'");
-      }
-      gpu.nvlinks.push_back(
-          {target, peer == "gpu" ? pod_init::NvLinkPeer::Gpu : pod_init::NvLinkPeer::Switch,
-           count});
-    }
-  }
-  return details;
-}
 
 pod_init::BackendChoice backend_choice(const std::string& name) {
   if (name == "auto") return pod_init::BackendChoice::Auto;
@@ -167,74 +134,7 @@ py::dict stats_dict(const pod_init::ReaderStats& stats) {
 
 }  // namespace
 
-PYBIND11_MODULE(_native, m) {
-  m.doc() = "pod-init native core: PCIe topology scan and NCCL configuration";
-  m.attr("__version__") = POD_INIT_VERSION;
-  // The core's limits, which the command lines' ranges are made from.
-  m.attr("MAX_CHANNELS") = pod_init::kMaxChannels;
-  m.attr("MAX_EXPECTED_GPUS") = pod_init::kMaxExpectedGpus;
-  m.attr("MAX_HOSTS") = pod_init::kMaxHosts;
-  m.attr("MAX_QUEUE_DEPTH") = pod_init::kMaxQueueDepth;
-
-  // OSError(errno, "operation: text", path) picks the subclass
-  // (FileNotFoundError, PermissionError, ...) and sets .errno and .filename;
-  // bad input becomes pyinit.errors.InputError (a ValueError) with its file and line.
-  py::register_exception_translator([](std::exception_ptr raised) {
-    try {
-      if (raised) std::rethrow_exception(raised);
-    } catch (const pod_init::SysError& e) {
-      py::object text = py::str(e.operation() + ": " + pod_init::errno_text(e.err()));
-      // A path that is not UTF-8 comes back as Python names it (surrogate escapes).
-      py::object path = e.path().empty()
-                            ? py::none()
-                            : py::reinterpret_steal<py::object>(PyUnicode_DecodeFSDefaultAndSize(
-                                  e.path().data(), static_cast<Py_ssize_t>(e.path().size())));
-      py::object error = py::reinterpret_borrow<py::object>(PyExc_OSError)(e.err(), text, path);
-      PyErr_SetObject(PyExc_OSError, error.ptr());
-    } catch (const pod_init::InputError& e) {
-      py::object type = py::module_::import("pyinit.errors").attr("InputError");
-      // The message quotes what a user wrote: control bytes and bytes that are
-      // not UTF-8 come as \xNN, as pod-init prints them.
-      py::object error =
-          type(pod_init::printable(e.message()), py::arg("file") = pod_init::printable(e.file()),
-               py::arg("line") = e.line());
-      PyErr_SetObject(type.ptr(), error.ptr());
-    }
-  });
-
-  py::class_<pod_init::Topology>(m, "Topology")
-      .def(
-          "merge_nvlinks",
-          [](pod_init::Topology& t, const DetailsArg& details) {
-            pod_init::merge_nvlinks(&t, to_details(details));
-          },
-          py::arg("details"), "Adds NVLink counts (NV#) to the matrix from NVML's view.")
-      .def("to_json", &pod_init::topology_json, "The document `pod-init topo --json` prints.")
-      .def("to_text", &pod_init::topology_text, "The matrix `pod-init topo` prints.")
-      .def_property_readonly(
-          "has_errors",
-          [](const pod_init::Topology& t) { return pod_init::has_errors(t.findings); },
-          "True when a finding has severity error.")
-      .def(
-          "expect_gpus",
-          [](pod_init::Topology& t, int count) {
-            if (count < 0) throw py::value_error("expect_gpus must be >= 0");
-            pod_init::expect_gpus(&t, count);
-          },
-          py::arg("count"), "Replaces the GPU-count finding with one for this expectation.")
-      .def_property_readonly(
-          "sysfs_root", [](const pod_init::Topology& t) { return t.sysfs_root; },
-          "The tree it was scanned from.");
-
-  m.def(
-      "load_topology",
-      [](const std::string& text, const std::string& source) {
-        return pod_init::topology_from_json(text, source);
-      },
-      py::arg("text"), py::arg("source"),
-      "The Topology a `pod-init topo --json` document describes (a scan reused, not repeated). "
-      "InputError naming source when it is not one.");
-
+void bind_io(py::module_& m) {
   m.def(
       "aligned_empty",
       [](const py::int_& nbytes) {
@@ -246,214 +146,6 @@ PYBIND11_MODULE(_native, m) {
       py::arg("nbytes"),
       "A page-aligned uint8 array (uninitialised) from the reader's pool, whose memory the "
       "ring registers on first use.");
-
-  m.def(
-      "expand_nodelist",
-      [](const std::string& list) {
-        std::vector<std::string> names;
-        pod_init::LineError error;
-        if (pod_init::expand_nodelist(list, &names, &error) < 0) {
-          throw pod_init::InputError("", 0, error.message);
-        }
-        return names;
-      },
-      py::arg("nodelist"), "node[01-03],gpu-a -> [node01, node02, node03, gpu-a] (SLURM style).");
-
-  m.def(
-      "tuning_table_rules",
-      [](const std::string& text, const std::string& source) {
-        const pod_init::TuningTable table = pod_init::parse_tuning_table(text, source);
-        py::list rules;
-        for (const pod_init::TunerRule& r : table.rules) {
-          rules.append(py::make_tuple(r.collective, r.min_bytes, r.max_bytes, r.choice.algorithm,
-                                      r.choice.protocol, r.choice.channels));
-        }
-        return py::make_tuple(table.nccl_version, table.ranks, table.nodes, rules);
-      },
-      py::arg("text"), py::arg("source"),
-      "A tuning table as the NCCL tuner plugin reads it: (nccl_version, ranks, nodes, rules), "
-      "each rule (collective, min_bytes, max_bytes, algorithm, protocol, channels) in NCCL's "
-      "numbering, -1/0 where NCCL chooses. InputError naming source for a table the plugin "
-      "would refuse.");
-
-  m.def(
-      "scan_topology",
-      [](const std::string& sysfs_root, int expect_gpus, bool probe_bar0) {
-        if (sysfs_root.empty()) throw py::value_error("sysfs_root must not be empty");
-        if (expect_gpus < -1) throw py::value_error("expect_gpus must be >= 0, or -1 for none");
-        py::gil_scoped_release release;
-        return pod_init::scan({sysfs_root, expect_gpus, probe_bar0});
-      },
-      py::arg("sysfs_root") = "/sys", py::arg("expect_gpus") = -1, py::arg("probe_bar0") = true,
-      "Scans the PCI tree under sysfs_root. Raises OSError when it has no bus/pci/devices.");
-
-  py::class_<pod_init::NcclConfig>(m, "NcclConfig")
-      .def_readonly("out_dir", &pod_init::NcclConfig::out_dir)
-      .def_property_readonly(
-          "files",
-          [](const pod_init::NcclConfig& c) {
-            std::map<std::string, std::string> files(c.files.begin(), c.files.end());
-            return files;
-          },
-          "File name -> content, as write() puts them in out_dir.")
-      .def_property_readonly(
-          "ring", [](const pod_init::NcclConfig& c) { return c.ring.order; },
-          "GPU indices in ring order.")
-      .def_property_readonly(
-          "env",
-          [](const pod_init::NcclConfig& c) {
-            std::map<std::string, std::string> env;
-            for (const auto& setting : c.env) env[setting.key] = setting.value;
-            return env;
-          },
-          "The env file's settings (the environment's values where it had them).")
-      .def_readonly("node_rank", &pod_init::NcclConfig::node_rank)
-      .def(
-          "write",
-          [](const pod_init::NcclConfig& c) {
-            py::gil_scoped_release release;
-            pod_init::write_nccl_files(c);
-          },
-          "Writes every file under out_dir, each whole or not at all.")
-      .def("summary", &pod_init::nccl_summary, "What `pod-init nccl` prints.");
-
-  m.def(
-      "nccl_config",
-      [](const pod_init::Topology& topology, const std::optional<pod_init::NodeList>& nodes,
-         const std::string& hints, const std::string& out_dir, const std::string& socket_ifname,
-         bool force_rings, int channels, const DetailsArg& details,
-         const std::map<std::string, std::string>& environment, const std::string& proc_root,
-         const std::map<std::string, std::string>& tuned_env, const std::string& tuning_table) {
-        py::gil_scoped_release release;
-        pod_init::NcclRequest request =
-            pod_init::make_nccl_request(topology, {hints, proc_root, environment});
-        if (nodes) request.nodes = *nodes;
-        request.out_dir = out_dir;
-        request.socket_ifname = socket_ifname;
-        request.force_rings = force_rings;
-        request.channels = channels;
-        request.details = to_details(details);
-        request.environment = environment;
-        request.tuned_env = tuned_env;
-        request.tuning_table = tuning_table;
-        return pod_init::build_nccl_config(request);
-      },
-      py::arg("topology"), py::kw_only(), py::arg("nodes") = py::none(), py::arg("hints") = "",
-      py::arg("out_dir") = ".", py::arg("socket_ifname") = "", py::arg("force_rings") = false,
-      py::arg("channels") = 0, py::arg("details") = DetailsArg{},
-      py::arg("environment") = std::map<std::string, std::string>{}, py::arg("proc_root") = "/proc",
-      py::arg("tuned_env") = std::map<std::string, std::string>{}, py::arg("tuning_table") = "",
-      "Builds the NCCL configuration from a scanned topology and a node list (nothing is "
-      "written until write()); tuned_env and tuning_table: a measured tuning for this node, "
-      "its settings added to the env file and the table written beside it. InputError for bad "
-      "input, OSError when the hints file cannot be read.");
-
-  py::class_<pod_init::NodeList>(m, "NodeList")
-      .def_property_readonly(
-          "addresses",
-          [](const pod_init::NodeList& nodes) {
-            std::vector<std::string> addresses;
-            for (const pod_init::HostEntry& host : nodes.hosts) addresses.push_back(host.address);
-            return addresses;
-          },
-          "Every node's address, node 0 (the master) first.")
-      .def_readonly("node_rank", &pod_init::NodeList::node_rank, "This node's index.")
-      .def_readonly("interface", &pod_init::NodeList::interface,
-                    "The interface holding this node's address.")
-      .def_readonly("source", &pod_init::NodeList::source, "The hostfile.")
-      .def_readonly("planned_elsewhere", &pod_init::NodeList::planned_elsewhere,
-                    "node_rank was given (--node), not found among this machine's addresses.");
-
-  m.def(
-      "load_node_list",
-      [](const std::string& hostfile, const std::string& hostfile_text, int node) {
-        if (node < -1) throw py::value_error("node must be >= 0, or -1 for this machine");
-        py::gil_scoped_release release;
-        return pod_init::load_node_list(hostfile, hostfile_text, node);
-      },
-      py::arg("hostfile"), py::arg("hostfile_text") = "", py::arg("node") = -1,
-      "This node among the nodes of a hostfile of IP addresses (hostfile_text instead of reading "
-      "the file when given; the path still names errors), or node `node` of them when it is "
-      "not -1 (a plan for another machine). InputError for bad content, OSError when the file "
-      "cannot be read.");
-
-  m.def(
-      "supervise",
-      [](const std::vector<std::string>& command, const std::map<std::string, std::string>& env,
-         double grace_s, const std::optional<py::function>& on_signal,
-         const std::optional<py::function>& on_tick, double tick_s,
-         const std::optional<py::function>& on_log, int parent_death_signal) {
-        if (command.empty()) throw py::value_error("no command to run");
-        if (!(grace_s >= 0 && grace_s <= 86400) || !(tick_s >= 0 && tick_s <= 3600)) {
-          throw py::value_error("grace_s must be from 0 to 86400 and tick_s from 0 to 3600");
-        }
-        pod_init::SupervisorOptions options;
-        options.command = command;
-        for (const auto& [key, value] : env) options.environment.push_back(key + "=" + value);
-        options.grace_ms = static_cast<unsigned>(grace_s * 1000);
-        options.tick_ms = static_cast<unsigned>(tick_s * 1000);
-        options.parent_death_signal = parent_death_signal;
-        // Python callbacks run with the GIL; an exception in one is reported
-        // as unraisable, never left to unwind through the loop that owns the child.
-        auto call = [](const py::function& f, auto... args) {
-          py::gil_scoped_acquire gil;
-          try {
-            f(args...);
-          } catch (py::error_already_set& e) {
-            e.discard_as_unraisable("pyinit._native.supervise callback");
-          }
-        };
-        if (on_signal) options.on_signal = [&](int sig) { call(*on_signal, sig); };
-        if (on_tick) options.on_tick = [&] { call(*on_tick); };
-        if (on_log) options.log = [&](const std::string& line) { call(*on_log, line); };
-        py::gil_scoped_release release;
-        return pod_init::supervise(options);
-      },
-      py::arg("command"), py::arg("env"), py::arg("grace_s") = 10.0,
-      py::arg("on_signal") = py::none(), py::arg("on_tick") = py::none(), py::arg("tick_s") = 0.0,
-      py::arg("on_log") = py::none(), py::arg("parent_death_signal") = 0,
-      "Runs command as pod-init's supervisor does: TERM, INT, HUP, USR1, USR2, QUIT and WINCH "
-      "forwarded (on_signal(signum) for each), every child reaped, KILL grace_s after a "
-      "forwarded TERM or INT; on_tick() at least every tick_s. Block those signals in every "
-      "thread first (signal.pthread_sigmask before starting threads). Returns the exit code: "
-      "the status, 128+N for signal N, 127 not found, 126 not executable. "
-      "parent_death_signal: sent to the command if this process dies, even by KILL.");
-
-  m.def(
-      "die_with_parent",
-      [](int signal, int parent) {
-        if (int rc = pod_init::die_with_parent(signal, parent); rc < 0) {
-          throw pod_init::SysError(-rc, "prctl(PR_SET_PDEATHSIG)");
-        }
-      },
-      py::arg("signal"), py::arg("parent"),
-      "This process gets `signal` when its parent dies (at once if `parent` is gone already).");
-
-  m.def(
-      "become_subreaper",
-      [] {
-        if (int rc = pod_init::become_subreaper(); rc < 0) {
-          throw pod_init::SysError(-rc, "prctl(PR_SET_CHILD_SUBREAPER)");
-        }
-      },
-      "Orphaned descendants re-parent to this process (PR_SET_CHILD_SUBREAPER).");
-
-  m.def("read_boot_id", &pod_init::read_boot_id, py::arg("proc_root") = "/proc",
-        "This boot's id (/proc/sys/kernel/random/boot_id), as PID 1 records it; '' when the "
-        "kernel does not say.");
-
-  m.def(
-      "end_children",
-      [](double grace_s) {
-        if (!(grace_s >= 0 && grace_s <= 3600)) {
-          throw py::value_error("grace_s must be from 0 to 3600");
-        }
-        py::gil_scoped_release release;
-        return pod_init::end_children(static_cast<unsigned>(grace_s * 1000));
-      },
-      py::arg("grace_s") = 0.0,
-      "Ends every process still a child of this one, orphans that re-parent here included: "
-      "TERM, grace_s for them to end, then KILL; returns how many were signalled.");
 
   using Stream = pod_init::DirectReader::Stream;
   py::class_<Stream>(m, "ReadStream")
@@ -703,3 +395,5 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("note", &pod_init::DirectWriter::note)
       .def_property_readonly("closed", [](const pod_init::DirectWriter& w) { return !w.open(); });
 }
+
+}  // namespace pod_init::bindings

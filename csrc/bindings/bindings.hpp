@@ -1,0 +1,32 @@
+// The binding's shared parts: one bind_* per concern, each converting types
+// and nothing more (the core checks and decides), and the one conversion two
+// concerns share. Only csrc/bindings/ includes pybind11.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "topology/nvlink.hpp"
+
+namespace pod_init::bindings {
+
+namespace py = pybind11;
+
+// {bdf: (sm, link_gbs, [(target, "gpu" | "switch", count), ...])}: plain
+// Python data, so pyinit's NVML layer needs no native types.
+using DetailsArg =
+    std::map<std::string,
+             std::tuple<int, double, std::vector<std::tuple<std::string, std::string, int>>>>;
+
+pod_init::GpuDetailsMap to_details(const DetailsArg& arg);
+
+void bind_topology(py::module_& m);
+void bind_nccl(py::module_& m);
+void bind_init(py::module_& m);
+void bind_io(py::module_& m);
+
+}  // namespace pod_init::bindings
