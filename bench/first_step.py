@@ -7,7 +7,7 @@ on every GPU (two gloo workers without GPUs), interleaved round by round.
 
 The headline figure is the wall time from starting the launcher to the
 example's first `step` line on stdout. Beside it, from the workers' marks in
-the run's event log (pyinit.run.worker; plain torchrun runs it with
+the run's event log (pyinit.run.wrapper; plain torchrun runs it with
 PYINIT_RUN_DIR set, which adds the marks and nothing else), when after the
 launch the last rank finished: its start, import torch, CUDA's start, the
 process group, the first step. Target (issue "Power-on to first gradient"):
@@ -29,8 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pyinit.bench.collectives import MULTICAST_OFF
-from pyinit.bench.plotting import pyplot, save_figure
 from pyinit.jsonfile import write_json
+from pyinit.plotting import pyplot, save_figure
 from pyinit.run.events import boottime
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +52,7 @@ def variants(nproc: int, script_args: list[str]) -> dict[str, Callable[[Path], l
 
     def plain(folder: Path) -> list[str]:
         (folder / "status").mkdir(parents=True, exist_ok=True)
-        return [*torchrun, "-m", "pyinit.run.worker", str(folder / "status"), "script",
+        return [*torchrun, "-m", "pyinit.run.wrapper", str(folder / "status"), "script",
                 str(EXAMPLE), *script_args]  # fmt: skip
 
     return {"pyinit run": pyinit_run("fork"), "pyinit run (spawn)": pyinit_run("spawn"),

@@ -26,8 +26,8 @@ import sys
 import time
 from pathlib import Path
 
-from pyinit.bench.plotting import human_bytes, pyplot, save_figure
 from pyinit.jsonfile import write_json
+from pyinit.plotting import human_bytes, pyplot, save_figure
 
 # Kept in every run on the lent machines (NVLink multicast is off there).
 MULTICAST_OFF = {

@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 from pyinit.bench.collectives import COLLECTIVES, MULTICAST_OFF
-from pyinit.bench.plotting import bytes_axis, pyplot, save_figure
 from pyinit.jsonfile import write_json
+from pyinit.plotting import bytes_axis, pyplot, save_figure
 
 
 def _cell(fields: list[str], at: int) -> dict | None:

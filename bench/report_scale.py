@@ -28,6 +28,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from pyinit import phases  # noqa: E402
 from pyinit.jsonfile import write_json  # noqa: E402
 from pyinit.run import report, steps  # noqa: E402
 
@@ -98,16 +99,16 @@ def step_cost(count: int = 100_000) -> float:
     """Seconds each step pays: one data phase and one record."""
     with tempfile.TemporaryDirectory() as folder:
         log = steps.StepLog(Path(folder) / "rank-0.bin", attempt=0)
-        steps.install(log)
+        phases.install(log)
         try:
             began = time.perf_counter()
             for i in range(count):
-                with steps.phase("data"):
+                with phases.phase("data"):
                     pass
                 log.step(float(i))
             return (time.perf_counter() - began) / count
         finally:
-            steps.install(None)
+            phases.install(None)
             log.close()
 
 

@@ -45,7 +45,7 @@ from pyinit.io import (  # noqa: E402
     crc32c,
 )
 from pyinit.jsonfile import MalformedJson, parse_json  # noqa: E402
-from pyinit.run.steps import phase  # noqa: E402
+from pyinit.phases import phase  # noqa: E402
 
 # safetensors' names for torch's types.
 DTYPES: dict[torch.dtype, str] = {

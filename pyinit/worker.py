@@ -14,8 +14,8 @@ Outside ``pyinit run`` these do nothing (``phase`` just runs its block).
 
 from __future__ import annotations
 
+from pyinit.phases import phase
 from pyinit.run.progress import current
-from pyinit.run.steps import phase
 
 __all__ = ["phase", "step"]
 

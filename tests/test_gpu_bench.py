@@ -13,7 +13,8 @@ import subprocess
 import pytest
 import torch
 
-from pyinit.bench.collectives import COLLECTIVES, nccl_tests_sizes
+from pyinit.bench.collectives import COLLECTIVES
+from pyinit.nccl.timing import nccl_tests_sizes
 
 
 def test_sizes_step_as_nccl_tests():

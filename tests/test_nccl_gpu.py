@@ -13,13 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from pyinit.nccl.timing import MULTICAST_OFF
 from pyinit.nvml import NvmlUnavailable, read_nvml
-
-MULTICAST_OFF = {
-    "NCCL_NVLS_ENABLE": "0",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-    "NVSHMEM_DISABLE_NVLS": "1",
-}
 
 
 def _nvml_view():

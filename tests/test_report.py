@@ -30,6 +30,7 @@ import numpy as np
 import pytest
 from conftest import EXAMPLE, TINY
 
+from pyinit import phases
 from pyinit.run import report, steps
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -174,19 +175,19 @@ def test_bad_folders_are_one_line(pyinit_bin, tmp_path):
 
 
 def test_phases_count_once_and_only_inside_a_run(tmp_path):
-    with steps.phase("data"):  # outside a run: just runs
+    with phases.phase("data"):  # outside a run: just runs
         pass
     log = steps.StepLog(tmp_path / "rank-0.bin", attempt=0)
-    steps.install(log)
+    phases.install(log)
     try:
-        with steps.phase("data"), steps.phase("data"):  # nested: the outer counts
+        with phases.phase("data"), phases.phase("data"):  # nested: the outer counts
             time.sleep(0.05)
-        with steps.phase("checkpoint"):
+        with phases.phase("checkpoint"):
             time.sleep(0.02)
         log.step(123.0)
         log.step(124.0)
     finally:
-        steps.install(None)
+        phases.install(None)
         log.close()
     raw = (tmp_path / "rank-0.bin").read_bytes()
     rows = [steps.RECORD.unpack_from(raw, i) for i in range(0, len(raw), steps.RECORD.size)]

@@ -45,7 +45,7 @@ def test_the_example_trains_on_cpu_and_the_loss_falls(pyinit_bin, shards, tmp_pa
     assert spawn["command"][1:4] == ["-P", "-m", "pyinit.run.agent"]
     at = spawn["command"].index("--start-method")
     assert spawn["command"][at : at + 3] == ["--start-method", "fork", "--run-path"]
-    assert spawn["command"][at + 3].endswith("pyinit/run/worker.py")
+    assert spawn["command"][at + 3].endswith("pyinit/run/wrapper.py")
     samples = (tmp_path / "monitor.jsonl").read_text().splitlines()
     assert samples and "block" in json.loads(samples[-1])  # the monitor ran beside
     # Every phase of the run, in order, each rank's own; the forked workers found torch loaded.
@@ -155,7 +155,7 @@ def test_a_program_worker_forwards_what_pod_init_forwards(tmp_path):
     program.write_text("#!/bin/sh\ntrap 'echo got-usr1; exit 9' USR1\necho ready\n"
                        "while :; do sleep 0.05; done\n")  # fmt: skip
     program.chmod(0o755)
-    worker = subprocess.Popen([sys.executable, "-m", "pyinit.run.worker", tmp_path, "program",
+    worker = subprocess.Popen([sys.executable, "-m", "pyinit.run.wrapper", tmp_path, "program",
                                program], stdout=subprocess.PIPE, text=True)  # fmt: skip
     assert worker.stdout.readline() == "ready\n"
     worker.send_signal(signal.SIGUSR1)
@@ -435,7 +435,7 @@ torch.cuda.is_initialized = lambda: state["initialized"]
 from pathlib import Path
 from pyinit.run.events import EventLog
 from pyinit.run.progress import ProgressWriter
-from pyinit.run.worker import Marks
+from pyinit.run.wrapper import Marks
 progress = ProgressWriter(Path({str(tmp_path / "progress.bin")!r}))
 Marks(EventLog({str(tmp_path / "events.jsonl")!r}, rank=0), progress, None).instrument_torch()
 torch.cuda._lazy_init()

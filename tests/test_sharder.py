@@ -5,7 +5,6 @@ bad input with file and line, and nothing half-written."""
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import io
 import itertools
 import json
@@ -87,12 +86,10 @@ def test_assignment_is_stable_across_runs_and_input_order(tmp_path):
 
 
 def test_the_kernels_are_compiled_and_agree_with_their_python_source():
-    assert Path(_kernels.__file__).suffix == ".so"
-    spec = importlib.util.spec_from_file_location(
-        "kernels_source", Path(sharder.__file__).with_name("_kernels.py")
-    )
-    source = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(source)
+    from pyinit.data import kernels
+
+    assert Path(kernels.compiled().__file__).suffix == ".so"
+    source = kernels.plain()
 
     @settings(max_examples=30, deadline=None)
     @given(

@@ -148,7 +148,7 @@ def test_where_a_rank_is_comes_from_its_main_thread():
           File "/job/train.py", line 42 in step
           File "/job/train.py", line 60 in <module>
           File "<frozen runpy>", line 88 in _run_code
-          File "/x/site-packages/pyinit/run/worker.py", line 182 in main
+          File "/x/site-packages/pyinit/run/wrapper.py", line 182 in main
     """)
     where = locate(dump)
     assert where.frame == "train.py:42 in step" and where.collective == "all_reduce"

@@ -29,9 +29,9 @@ from pathlib import Path
 import torch
 
 from pyinit import argtypes, checkpoint
-from pyinit.bench.plotting import human_bytes, pyplot, save_figure
 from pyinit.extras import note_missing
 from pyinit.jsonfile import write_json
+from pyinit.plotting import human_bytes, pyplot, save_figure
 
 WEIGHT = (4096, 4096)  # bf16: 32 MiB each
 TOOLS = ("pyinit", "torch.save", "safetensors", "fio")

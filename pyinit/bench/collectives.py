@@ -36,10 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from pyinit import argtypes
-from pyinit.bench.plotting import bytes_axis, human_bytes, pyplot, save_figure
 from pyinit.errors import InputError
 from pyinit.extras import note_missing
 from pyinit.jsonfile import write_json
+from pyinit.nccl.timing import MULTICAST_OFF, cuda_seconds, nccl_tests_sizes
+from pyinit.plotting import bytes_axis, human_bytes, pyplot, save_figure
 
 # nccl-tests' -d names and their element sizes; torch's dtype by the same name.
 DATATYPES = {
@@ -99,15 +100,6 @@ COLLECTIVES = {
 BY_NAME = {c.name: c for c in COLLECTIVES.values()}
 
 
-def nccl_tests_sizes(smallest: int, largest: int, factor: int, step: int) -> list[int]:
-    """The sizes nccl-tests steps through for -b smallest -e largest -f factor -i step."""
-    sizes, size = [], smallest
-    while size <= largest:
-        sizes.append(size)
-        size = size * factor if factor > 1 else size + step
-    return sizes
-
-
 @dataclass(frozen=True)
 class TunedSide:
     """The tuned side of a comparison: the group built with the table's
@@ -116,21 +108,6 @@ class TunedSide:
     group: Any
     use_table: Callable[[bool], None]
     rounds: int
-
-
-def cuda_seconds(call: Callable[[], None], calls: int) -> float:
-    """Seconds per call over `calls` back-to-back calls, timed by CUDA events
-    on the current stream (what the GPU spent, not what Python waited)."""
-    import torch
-
-    start = torch.cuda.Event(enable_timing=True)
-    stop = torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(calls):
-        call()
-    stop.record()
-    stop.synchronize()
-    return start.elapsed_time(stop) / 1e3 / calls
 
 
 def measure(
@@ -540,14 +517,6 @@ def _tuning_options(path: str, gpus: int, env: dict[str, str]) -> list[str]:
                          file=path)  # fmt: skip
     env.update(NCCL_TUNER_PLUGIN=str(plugin_path()), **{TABLE_ENV: str(Path(path).resolve())})
     return ["--tuning-bound", str(tuning.bound)]
-
-
-# What the lent machines need set in everything started there (NVLink multicast off).
-MULTICAST_OFF = {
-    "NCCL_NVLS_ENABLE": "0",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-    "NVSHMEM_DISABLE_NVLS": "1",
-}
 
 
 if __name__ == "__main__":

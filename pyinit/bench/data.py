@@ -10,7 +10,6 @@ and what the compiled loops buy over the same source run as plain Python.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import platform
 import shutil
@@ -26,13 +25,12 @@ import torch
 
 from pyinit import argtypes
 from pyinit.bench.io import drop_caches
-from pyinit.bench.plotting import pyplot, save_figure
-from pyinit.data import TokenShardDataset, _kernels, sharder
-from pyinit.data import dataset as dataset_module
+from pyinit.data import TokenShardDataset, kernels, sharder
 from pyinit.data.shard_format import HEADER_BYTES, ShardWriter, read_header
 from pyinit.errors import InputError
 from pyinit.extras import installed, note_missing
 from pyinit.jsonfile import write_json
+from pyinit.plotting import pyplot, save_figure
 
 VOCAB = 50257  # GPT-2's: uint16 tokens, as nanoGPT stores them
 
@@ -134,16 +132,6 @@ def loader_rounds(paths: list[str], args: argparse.Namespace, cold_ok: bool) -> 
     return {"runs": runs, "median_batches_per_s": table, "reader_stats": stats}
 
 
-def kernels_source() -> ModuleType:
-    """pyinit/data/_kernels.py run as plain Python: the same loops, not compiled."""
-    # Beside the package's Python files (an editable install keeps the compiled module elsewhere).
-    path = Path(sharder.__file__).with_name("_kernels.py")
-    spec = importlib.util.spec_from_file_location("pyinit_kernels_source", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def sharder_throughput(folder: Path, megabytes: int, interpreted_megabytes: int) -> dict:
     rng = np.random.default_rng(2)
     words = np.array(["the", "of", "and", "to", "in", "data", "node", "gradient", "über", "数据"])
@@ -160,11 +148,8 @@ def sharder_throughput(folder: Path, megabytes: int, interpreted_megabytes: int)
     for name, module in kernel_variants().items():
         size = sizes[name]
         source = jsonl(folder / f"sharder-{size}.jsonl", size << 20)
-        sharder._kernels = module
-        try:
+        with kernels.using(module):
             summary = sharder.shard([str(source)], str(folder / f"out-{size}"), 16, force=True)
-        finally:
-            sharder._kernels = _kernels
         results[name] = {
             "input_mb": summary.input_bytes / 1e6,
             "seconds": summary.seconds,
@@ -176,9 +161,9 @@ def sharder_throughput(folder: Path, megabytes: int, interpreted_megabytes: int)
 def kernel_variants() -> dict[str, ModuleType]:
     """The compiled loops, and their source run uncompiled where Cython (whose
     pure Python mode the source imports) is installed."""
-    variants = {"compiled": _kernels}
+    variants = {"compiled": kernels.compiled()}
     if installed("cython"):
-        variants["plain Python"] = kernels_source()
+        variants["plain Python"] = kernels.plain()
     return variants
 
 
@@ -187,15 +172,12 @@ def window_kernel_cost(paths: list[str], args: argparse.Namespace) -> dict:
     dataset = TokenShardDataset(paths, args.seq_len, 0, 1, batch_size=args.batch)
     out = {}
     for name, module in kernel_variants().items():
-        dataset_module._kernels = module  # the loops the dataset's module calls
-        try:
-            count = 2000 if module is _kernels else 20
+        with kernels.using(module):
+            count = 2000 if module is kernels.compiled() else 20
             start = time.perf_counter()
             for b in range(count):
                 dataset.windows(b)
             out[name] = (time.perf_counter() - start) / count * 1e6
-        finally:
-            dataset_module._kernels = _kernels
     return out
 
 

@@ -43,11 +43,11 @@ from pathlib import Path
 import numpy as np
 
 from pyinit import _native, argtypes
-from pyinit.bench.plotting import human_bytes, pyplot, save_figure
 from pyinit.errors import InputError
 from pyinit.extras import note_missing
 from pyinit.io import DirectReader
 from pyinit.jsonfile import write_json
+from pyinit.plotting import human_bytes, pyplot, save_figure
 
 APIS = ("read", "batch", "stream")
 

@@ -1,6 +1,7 @@
 """The training data path: the token shard format (``shard_format``), the
 sharder behind ``pyinit shard`` (``sharder``), ``TokenShardDataset`` for torch
-data loaders (``dataset``) and the loops both compile (``_kernels``)."""
+data loaders (``dataset``) and the loops both compile (``_kernels``; which
+build runs: ``kernels``)."""
 
 import importlib
 

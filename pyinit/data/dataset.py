@@ -34,7 +34,7 @@ from pyinit.data.shard_format import HEADER_BYTES, MANIFEST, ShardHeader, read_h
 from pyinit.errors import InputError
 from pyinit.io import DirectReader, aligned_empty
 from pyinit.jsonfile import load_json, read_input_text
-from pyinit.run.steps import phase
+from pyinit.phases import phase
 
 STATE_VERSION = 1
 MASK64 = (1 << 64) - 1

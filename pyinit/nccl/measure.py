@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyinit import argtypes
-from pyinit.bench.collectives import MULTICAST_OFF, cuda_seconds, nccl_tests_sizes
 from pyinit.jsonfile import load_json, write_json
+from pyinit.nccl.timing import MULTICAST_OFF, cuda_seconds, nccl_tests_sizes
 from pyinit.nccl.tuning import (
     ALGORITHMS,
     DEFAULT,

@@ -608,7 +608,7 @@ def installed_nccl_version() -> str | None:
 def plot_tuning(tuning: Tuning, path: Path) -> bool:
     """Gain over NCCL's default per size, one line per collective, with the
     noise each gain had to pass; False without matplotlib."""
-    from pyinit.bench.plotting import bytes_axis, pyplot, save_figure
+    from pyinit.plotting import bytes_axis, pyplot, save_figure
 
     plt = pyplot()
     if plt is None:

@@ -11,7 +11,7 @@ __all__ = ["run"]
 
 
 def __getattr__(name: str):
-    # Loaded on first use, so `python -m pyinit.run.worker` in every worker pays nothing for it.
+    # Loaded on first use, so `python -m pyinit.run.wrapper` in every worker pays nothing for it.
     if name == "run":
         return importlib.import_module("pyinit.run.launcher").run
     raise AttributeError(f"module 'pyinit.run' has no attribute {name!r}")

@@ -6,7 +6,7 @@ with the arguments given (rendezvous, restarts, signals, log options)::
     python -P -m pyinit.run.agent [torchrun options] --run-path WORKER ARGS...
 
 Importing torch here, once, is what lets the workers be forked with torch
-already loaded (see ``pyinit.run.worker``).
+already loaded (see ``pyinit.run.wrapper``).
 """
 
 from __future__ import annotations

@@ -11,8 +11,12 @@ from inside a worker would otherwise write into its parent's folder.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import shlex
+import shutil
+import sys
+import sysconfig
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,8 +129,6 @@ def add_arguments(run: argparse.ArgumentParser, environ: Mapping[str, str] = os.
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """Every check of pyinit run's settings, before anything is written."""
-    from pyinit.run.launcher import pod_init_executable
-
     target = _target(args)
     # Choices are not checked by argparse for defaults, which the environment may give.
     if args.worker_start not in WORKER_STARTS:
@@ -155,6 +157,21 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     )  # fmt: skip
 
 
+def pod_init_executable() -> str:
+    """The static pod-init installed with this package: the scripts folder of
+    this interpreter's installation (a venv's bin), beside the interpreter,
+    else PATH."""
+    for folder in (sysconfig.get_path("scripts"), os.path.dirname(sys.executable)):
+        candidate = os.path.join(folder, "pod-init")
+        if os.access(candidate, os.X_OK):
+            return candidate
+    found = shutil.which("pod-init")
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, "the pod-init executable is not installed beside "
+                                "pyinit (reinstall pod-init)", "pod-init")  # fmt: skip
+    return found
+
+
 def _flag(value: bool | str | None, option: str) -> bool:
     """A flag: given (True), or its environment word, or absent."""
     if isinstance(value, bool) or value is None:
@@ -179,8 +196,6 @@ def _target(args: argparse.Namespace) -> Target:
 def check_target(target: Target) -> None:
     """InputError when there is nothing to run by that name."""
     import importlib.machinery
-    import shutil
-    import sys
 
     if target.kind == "script" and not Path(target.name).is_file():
         raise InputError(f"{target.name}: no such script")

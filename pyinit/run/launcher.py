@@ -8,7 +8,7 @@ In torchrun's shape: the options become a frozen ``RunConfig``
 folder, the preflight, NCCL's files, the environment and the command);
 ``launch`` supervises it; ``conclude`` draws the exit status and the ``end``
 event from what happened. torchrun runs with a static rendezvous at the
-master; its workers run the script through ``pyinit.run.worker``, which
+master; its workers run the script through ``pyinit.run.wrapper``, which
 records the script's own exit status. The supervision (signals forwarded,
 children reaped, KILL after a grace) is the C++ core's, the same loop
 `pod-init -- CMD` runs.
@@ -16,15 +16,12 @@ children reaped, KILL after a grace) is the C++ core's, the same loop
 
 from __future__ import annotations
 
-import errno
 import importlib.util
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import sysconfig
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -53,21 +50,6 @@ ESCALATE_AFTER_S = GUARD_GRACE_S + 5.0
 LIVENESS_LINGER_S = 3.0
 
 
-def pod_init_executable() -> str:
-    """The static pod-init installed with this package: the scripts folder of
-    this interpreter's installation (a venv's bin), beside the interpreter,
-    else PATH."""
-    for folder in (sysconfig.get_path("scripts"), os.path.dirname(sys.executable)):
-        candidate = os.path.join(folder, "pod-init")
-        if os.access(candidate, os.X_OK):
-            return candidate
-    found = shutil.which("pod-init")
-    if found is None:
-        raise FileNotFoundError(errno.ENOENT, "the pod-init executable is not installed beside "
-                                "pyinit (reinstall pod-init)", "pod-init")  # fmt: skip
-    return found
-
-
 def guarded(pod_init: str, command: Sequence[str]) -> list[str]:
     """The command under pod-init, a subreaper between pyinit run and
     torchrun: every orphan of the run (a script's subprocess, a setsid daemon)
@@ -80,17 +62,17 @@ def guarded(pod_init: str, command: Sequence[str]) -> list[str]:
 
 def torchrun_command(nodes: Nodes, nproc: int, config: RunConfig, status_dir: Path) -> list[str]:
     """torchrun's agent (through pyinit.run.agent, which marks its start) with
-    the static rendezvous at the master, running pyinit.run.worker per rank.
+    the static rendezvous at the master, running pyinit.run.wrapper per rank.
     Python workers are forked from the agent, torch already imported, unless
     --worker-start is spawn; a program always gets a fresh interpreter to wrap it."""
     target = config.target
     if config.worker_start == "fork" and target.kind != "program":
-        worker_file = importlib.util.find_spec("pyinit.run.worker").origin
+        worker_file = importlib.util.find_spec("pyinit.run.wrapper").origin
         entry = ["--start-method", "fork", "--run-path", worker_file]
     else:
         # -P: the working directory stays off sys.path, so a checkout of pod-init
         # there cannot shadow the installed package (python -m would put it first).
-        entry = ["--no-python", sys.executable, "-P", "-m", "pyinit.run.worker"]
+        entry = ["--no-python", sys.executable, "-P", "-m", "pyinit.run.wrapper"]
     return [
         sys.executable, "-P", "-m", "pyinit.run.agent",
         "--nnodes", str(nodes.count), "--node-rank", str(nodes.rank),

@@ -1,6 +1,6 @@
 """Each worker's progress, shared with ``pyinit run`` without a system call per
 step: a 32-byte file per rank in the run's status folder, mapped by the worker
-(``pyinit.run.worker``) and read by the supervisor's stall watch.
+(``pyinit.run.wrapper``) and read by the supervisor's stall watch.
 
     pid, steps, last step (CLOCK_BOOTTIME s), heartbeat (CLOCK_BOOTTIME s)
 

@@ -105,10 +105,10 @@ def read_flight_recorder(paths: list[Path], prefix: str = "rank_") -> dict[int, 
 
 def locate(dump: str) -> Where | None:
     """The main thread's place in a faulthandler dump: the thread whose stack
-    holds pyinit.run.worker (every worker's main thread runs through it)."""
+    holds pyinit.run.wrapper (every worker's main thread runs through it)."""
     for block in re.split(r"\n\s*\n", dump):
         frames = [m.groupdict() for m in map(_FRAME.match, block.splitlines()) if m]
-        if not any(f["file"].endswith("pyinit/run/worker.py") for f in frames):
+        if not any(f["file"].endswith("pyinit/run/wrapper.py") for f in frames):
             continue
         ours = [f for f in frames if "/torch/" not in f["file"] and "/pyinit/" not in f["file"]
                 and not f["file"].startswith("<frozen")]  # fmt: skip

@@ -5,9 +5,10 @@ data and writing checkpoints), appended with one write on an O_APPEND
 descriptor, so a killed run loses at most the record in progress and a
 reader of a live run sees whole records only.
 
-The waits come from ``phase()`` (``pyinit.worker.phase``): the worker wraps
-every DataLoader's ``__next__`` in ``phase("data")``, ``ShardLoader`` and
-``pyinit.checkpoint.save`` do the same, and a script may too.
+The waits come from ``pyinit.phases.phase`` (``pyinit.worker.phase``): the
+worker wraps every DataLoader's ``__next__`` in ``phase("data")``,
+``TokenShardDataset`` and ``pyinit.checkpoint.save`` do the same, and a
+script may too; the worker installs its StepLog there.
 
 Imported by every worker before the training script: the standard library only.
 """
@@ -20,10 +21,9 @@ import os
 import struct
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
-from pyinit.run.events import EventLog, boottime
+from pyinit.run.events import EventLog
 
 RECORD = struct.Struct("<qqddd")  # attempt, step, end, data wait, checkpoint (seconds)
 FOLDER = "steps"
@@ -99,38 +99,3 @@ class StepLog:
 
     def close(self) -> None:
         os.close(self._fd)
-
-
-_current: StepLog | None = None
-
-
-def install(log: StepLog | None) -> None:
-    """The log `phase()` reaches in this process (None: outside a run)."""
-    global _current
-    _current = log
-
-
-_open = threading.local()  # per thread: the phases entered and not yet left
-
-
-@contextlib.contextmanager
-def phase(name: str) -> Iterator[None]:
-    """Times what runs inside: ``"data"`` and ``"checkpoint"`` count against
-    the step they fall in; any name becomes a phase event (but ``"data"``,
-    which comes every step). A phase inside one of the same name (a script's
-    around the DataLoader's own) counts once. Outside ``pyinit run`` it only
-    runs the block."""
-    log = _current
-    entered = getattr(_open, "names", None)
-    if entered is None:
-        entered = _open.names = set()
-    if log is None or name in entered:
-        yield
-        return
-    entered.add(name)
-    start = boottime()
-    try:
-        yield
-    finally:
-        entered.discard(name)
-        log.ended(name, start, boottime())

@@ -245,7 +245,7 @@ COLOURS = {"PID 1": "#4c72b0", "pyinit run": "#55a868", "agent": "#c44e52", "wor
 
 
 def plot(timeline: Timeline, path: Path) -> bool:
-    from pyinit.bench.plotting import pyplot, save_figure
+    from pyinit.plotting import pyplot, save_figure
 
     plt = pyplot()
     if plt is None:

@@ -16,9 +16,9 @@ its agent, which has imported torch already (``--start-method fork --run-path``
 this file): the workers do not import torch again. With ``--worker-start
 spawn``, or for a program, torchrun starts a fresh interpreter::
 
-    python -m pyinit.run.worker STATUS_DIR script|module|program NAME [ARGS...]
+    python -m pyinit.run.wrapper STATUS_DIR script|module|program NAME [ARGS...]
 
-Under plain torchrun (``-m pyinit.run.worker`` with ``PYINIT_RUN_DIR`` set) the
+Under plain torchrun (``-m pyinit.run.wrapper`` with ``PYINIT_RUN_DIR`` set) the
 same marks are written, which is how the two launchers are compared.
 """
 
@@ -36,6 +36,8 @@ from typing import Any
 
 from pyinit import _native
 from pyinit.jsonfile import write_json
+from pyinit.phases import install as install_phases
+from pyinit.phases import phase
 from pyinit.run.events import EventLog, boottime, process_start
 from pyinit.run.progress import (
     STACK_SIGNAL,
@@ -44,8 +46,7 @@ from pyinit.run.progress import (
     progress_path,
     stack_path,
 )
-from pyinit.run.steps import StepLog, phase, steps_path
-from pyinit.run.steps import install as install_steps
+from pyinit.run.steps import StepLog, steps_path
 
 
 def _record(status_dir: Path, code: int) -> None:
@@ -213,7 +214,7 @@ def main() -> None:
         steps = None
         if log is not None:
             steps = StepLog(steps_path(log.path.parent, rank), attempt, log)
-            install_steps(steps)
+            install_phases(steps)
         marks = Marks(log, progress, steps)
         marks.phase("worker start", process_start(), entered)
         marks.instrument_torch()
