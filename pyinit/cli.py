@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import sys
+import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,13 +32,16 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, **kwargs)
 
     def __call__(self, parser: argparse.ArgumentParser, *_args: Any) -> None:
-        from importlib.metadata import PackageNotFoundError, version
+        parser.exit(message=f"pyinit {_version()}\n")
 
-        try:
-            found = version("pod-init")
-        except PackageNotFoundError:
-            found = "unknown (not installed)"
-        parser.exit(message=f"pyinit {found}\n")
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pod-init")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def _name(text: str) -> str:
@@ -224,9 +228,6 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
     return monitor.main(args, nvml_backend)
 
 
-REPLAY_HELP = "NVML answers recorded by `pyinit nvml --record` instead of the driver"
-
-
 class _Formatter(argparse.RawDescriptionHelpFormatter):
     """Descriptions as written, and every option's default in --help (where it
     has one the help text does not already give)."""
@@ -253,33 +254,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    topo = _command(sub, "topo", help="PCIe topology: matrix, links, BARs, findings")
-    topo.add_argument("--sysfs-root", default="/sys", metavar="DIR", help="the tree to scan")
+    machine = argtypes.machine_options()
+    topo = _command(sub, "topo", help="PCIe topology: matrix, links, BARs, findings",
+                    parents=[machine])  # fmt: skip
     topo.add_argument("--json", action="store_true", help="print one JSON object")
     topo.add_argument("--expect-gpus", type=argtypes.whole(0, _native.MAX_EXPECTED_GPUS),
                       metavar="N", help="an error finding when fewer GPUs are found")  # fmt: skip
     topo.add_argument("--no-bar0", action="store_true", help="do not map GPU BAR0")
-    topo.add_argument("--no-nvml", action="store_true", help="sysfs only, even with a driver")
-    topo.add_argument("--nvml-replay", metavar="FILE",
-                      help=REPLAY_HELP)  # fmt: skip
     topo.set_defaults(handler=_cmd_topo)
 
     nvml = _command(sub, "nvml", help="NVML's view: NVLinks, P2P status, BAR1, PCIe, memory")
+    nvml.add_argument("--nvml-replay", metavar="FILE", help=argtypes.REPLAY_HELP)
     nvml.add_argument("--json", action="store_true", help="print one JSON object")
     nvml.add_argument(
         "--record", action="store_true", help="print every NVML answer, replayable by FakeNvml"
     )
-    nvml.add_argument("--nvml-replay", metavar="FILE",
-                      help=REPLAY_HELP)  # fmt: skip
     nvml.set_defaults(handler=_cmd_nvml)
 
-    nccl = _command(
-        sub, "nccl", help="NCCL topology file, ring graph, env file and hosts lines for this node"
-    )
-    nccl.add_argument("--sysfs-root", default="/sys", metavar="DIR", help="the tree to scan")
+    nccl = _command(sub, "nccl", parents=[machine],
+                    help="NCCL topology file, ring graph, env file and hosts lines")  # fmt: skip
     nccl.add_argument("--hints", metavar="FILE", help="regroup devices under switches/NUMA nodes")
     nccl.add_argument("--hostfile", metavar="FILE", help="one IP address per node, node 0 first")
-    nccl.add_argument("--node", type=argtypes.whole(0, 65535), metavar="K",
+    nccl.add_argument("--node", type=argtypes.whole(0, _native.MAX_HOSTS - 1), metavar="K",
                       help="write node K's files (of the hostfile, with this topology): a plan "
                       "for a cluster of such nodes")  # fmt: skip
     nccl.add_argument("--out", default=".", metavar="DIR", help="where the files go (default .)")
@@ -295,9 +291,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="ring channels in the graph",
     )
-    nccl.add_argument("--no-nvml", action="store_true", help="sysfs only, even with a driver")
-    nccl.add_argument("--nvml-replay", metavar="FILE",
-                      help=REPLAY_HELP)  # fmt: skip
     nccl.add_argument(
         "--no-dns", action="store_true", help="host names in the hostfile are an error"
     )
@@ -430,8 +423,9 @@ def main(argv: list[str] | None = None) -> int:
     except MissingExtra as e:
         print(f"pyinit: {printable(str(e))}", file=sys.stderr)
         return EXIT_USAGE
-    except ValueError as e:
-        # InputError (a ValueError) already names the option, or the file and line.
+    except InputError as e:
+        # It names the option, or the file and line, already. Any other ValueError
+        # is a bug: it stays a traceback, with the line below.
         print(f"pyinit: {printable(str(e))}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as e:
@@ -440,5 +434,17 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILURE
 
 
+def run_cli() -> int:
+    """The console script: main(), and for what no handler expected (a bug)
+    its traceback and one line asking for a report."""
+    try:
+        return main()
+    except Exception:
+        traceback.print_exc()
+        print(f"pyinit: this is a bug in pod-init {_version()}; please report it with the "
+              "traceback above", file=sys.stderr)  # fmt: skip
+        return EXIT_FAILURE
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli())

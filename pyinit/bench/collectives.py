@@ -458,11 +458,11 @@ def main(argv: list[str] | None, command: str) -> int:
     args = parser.parse_args(argv)
     op, root = getattr(args, "op", "sum"), getattr(args, "root", 0)
     if op == "avg" and not gpus:
-        raise ValueError("-o avg needs NCCL: gloo has no average (run it on GPUs)")
+        raise InputError("-o avg needs NCCL: gloo has no average (run it on GPUs)")
     if root >= args.ngpus:
-        raise ValueError(f"-r {root} is not a rank of {args.ngpus}")
+        raise InputError(f"-r {root} is not a rank of {args.ngpus}")
     if args.minbytes > args.maxbytes:
-        raise ValueError(f"-b {args.minbytes} is above -e {args.maxbytes}")
+        raise InputError(f"-b {args.minbytes} is above -e {args.maxbytes}")
     note_missing("matplotlib", "the PNG", f"pyinit bench {command}")
     sizes = nccl_tests_sizes(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
     out = Path(args.out)

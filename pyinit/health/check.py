@@ -2,16 +2,17 @@
 HealthCheckProgram, a prolog or epilog, a Kubernetes probe), in a bounded time.
 
     pyinit check [--deadline 5] [--expect-gpus N] [--json] [--sysfs-root DIR]
-                 [--kmsg /dev/kmsg] [--nvml-replay FILE]
+                 [--kmsg /dev/kmsg] [--nvml-replay FILE | --no-nvml]
 
 Probes, each in a thread of its own under one deadline: ``topology`` (the C++
 scan's findings: link width and generation, ACS, BAR1, the GPU count),
 ``nvml`` (GPU health as `pyinit run`'s preflight reads it: ECC, row remaps,
-PCIe, BAR1), ``nvme`` (each NVMe namespace's read-only flag and controller
-state from sysfs), ``xid`` (the kernel log's Xids, classified). A probe that
-has not answered at the deadline is UNKNOWN, named, and never waited for: the
-check returns and the process exits even with that thread still blocked
-(a FIFO where a sysfs file should be, a driver call that hangs).
+BAR1 below memory; none with ``--no-nvml``), ``nvme`` (each NVMe
+namespace's read-only flag and controller state from sysfs), ``xid`` (the
+kernel log's Xids, classified). A probe that has not answered at the
+deadline is UNKNOWN, named, and never waited for: the check returns and the
+process exits even with that thread still blocked (a FIFO where a sysfs file
+should be, a driver call that hangs).
 
 Nagios' exit codes: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (also for bad
 usage, as Nagios plugins do); the first line is the summary SLURM shows as a
@@ -72,6 +73,8 @@ def probe_nvml(args: argparse.Namespace) -> list[Problem]:
     from pyinit.health import gpu_health
     from pyinit.nvml import NvmlUnavailable, read_nvml
 
+    if args.no_nvml:
+        return []  # asked for sysfs alone: nothing NVML could say is missing
     try:
         view = read_nvml(args.nvml_backend)
     except NvmlUnavailable as e:
@@ -260,18 +263,16 @@ def drain(node: str | None, reason: str) -> None:
 
 def main(argv: list[str] | None, nvml_backend: Any = None) -> int:
     parser = _Parser(prog="pyinit check", description=__doc__.split("\n\n")[0],
+                     parents=[argtypes.machine_options()],
                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
     parser.add_argument("--deadline", type=argtypes.seconds(0.1, 600), default=5.0,
                         help="seconds for every probe together")  # fmt: skip
     parser.add_argument("--expect-gpus", type=argtypes.whole(0, _native.MAX_EXPECTED_GPUS),
                         metavar="N")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="the result as one JSON object")
-    parser.add_argument("--sysfs-root", default="/sys", metavar="DIR")
     parser.add_argument("--dev-root", default="/dev", metavar="DIR", help=argparse.SUPPRESS)
     parser.add_argument("--kmsg", default="/dev/kmsg", metavar="PATH",
                         help="the kernel log (or a saved dmesg text)")  # fmt: skip
-    parser.add_argument("--nvml-replay", metavar="FILE",
-                        help="NVML answers recorded by `pyinit nvml --record`")  # fmt: skip
     parser.add_argument("--slurm-drain", action="store_true",
                         help="when CRITICAL, drain this node in SLURM with the summary line as "
                         "the reason (as HealthCheckProgram or in a prolog)")  # fmt: skip
