@@ -54,13 +54,14 @@ sigset_t supervised_signals() {
 // step and its errno. The pipe closes on exec, so a supervisor that reads no
 // record knows the command runs.
 struct ChildReport {
-  int step;  // index into kChildSteps
+  int step;  // a ChildStep, the index into kChildSteps
   int err;
 };
+enum ChildStep { kExec, kDeathSignal, kSetpgid, kTcsetpgrp };
 constexpr const char* kChildSteps[] = {"exec", "prctl(PR_SET_PDEATHSIG)", "setpgid", "tcsetpgrp"};
 
 // Only async-signal-safe calls from here to the exec: the caller may have threads.
-void report_child(int report_fd, int step, int err) {
+void report_child(int report_fd, ChildStep step, int err) {
   ChildReport report{step, err};
   ssize_t ignored = write(report_fd, &report, sizeof report);
   (void)ignored;
@@ -70,7 +71,7 @@ void report_child(int report_fd, int step, int err) {
                              pid_t parent, int report_fd) {
   if (options.parent_death_signal != 0) {
     if (int rc = die_with_parent(options.parent_death_signal, parent); rc < 0) {
-      report_child(report_fd, 1, -rc);
+      report_child(report_fd, kDeathSignal, -rc);
       _exit(126);
     }
   }
@@ -78,14 +79,14 @@ void report_child(int report_fd, int step, int err) {
   sigprocmask(SIG_UNBLOCK, &supervised, nullptr);
   if (options.process_group) {
     if (setpgid(0, 0) != 0) {
-      report_child(report_fd, 2, errno);
+      report_child(report_fd, kSetpgid, errno);
       _exit(126);
     }
     if (isatty(STDIN_FILENO)) {
       // A background group may not take the terminal without this. Not fatal:
       // the command runs, without the terminal's signals (said by the supervisor).
       signal(SIGTTOU, SIG_IGN);
-      if (tcsetpgrp(STDIN_FILENO, getpid()) != 0) report_child(report_fd, 3, errno);
+      if (tcsetpgrp(STDIN_FILENO, getpid()) != 0) report_child(report_fd, kTcsetpgrp, errno);
       signal(SIGTTOU, SIG_DFL);
     }
   }
@@ -107,7 +108,7 @@ void report_child(int report_fd, int step, int err) {
     execvpe(argv[0], argv.data(), envp.data());
   }
   int err = errno;
-  report_child(report_fd, 0, err);
+  report_child(report_fd, kExec, err);
   _exit(err == ENOENT || err == ENOTDIR ? 127 : 126);
 }
 
@@ -167,9 +168,10 @@ int supervise(const SupervisorOptions& options) {
     ssize_t got = read(report[0], &told, sizeof told);
     if (got < 0 && errno == EINTR) continue;
     if (got != static_cast<ssize_t>(sizeof told)) break;  // EOF: the command runs
-    const std::string what = told.step == 0 ? "cannot run '" + options.command[0] + "'"
-                                            : std::string(kChildSteps[told.step]) +
-                                                  " before running '" + options.command[0] + "'";
+    const std::string what =
+        told.step == kExec
+            ? "cannot run '" + options.command[0] + "'"
+            : std::string(kChildSteps[told.step]) + " before running '" + options.command[0] + "'";
     log(what + ": " + errno_text(told.err));
   }
   close(report[0]);

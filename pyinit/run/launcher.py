@@ -127,7 +127,7 @@ def run(config: RunConfig, nvml_backend: Any = None, out: IO[str] = sys.stderr) 
         if plan is None:
             ended = True
             return EXIT_FAILURE
-        outcome = launch(plan)
+        outcome = launch(plan, out)
         status = conclude(plan, outcome, out)
         ended = True
         return status
@@ -216,7 +216,7 @@ def _configure_nccl(node: Any, nodes: Nodes, folder: Path, env: dict[str, str], 
         _use_tuner_plugin(tuning, cached, Path(config.out_dir) / TABLE_NAME, env, log)
 
 
-def launch(plan: Plan) -> Outcome:
+def launch(plan: Plan, out: IO[str]) -> Outcome:
     """The monitor, then torchrun under pod-init under the core's supervisor,
     the restart and stall watches on its tick."""
     config, log, liveness, nodes = plan.config, plan.log, plan.liveness, plan.nodes
@@ -248,7 +248,7 @@ def launch(plan: Plan) -> Outcome:
 
         restarts = _RestartWatch(plan.status_dir, log)
         stalls = StallWatch(plan.status_dir, plan.folder, config.stall_timeout, nodes.rank, log,
-                            sys.stderr, plan.env,
+                            out, plan.env,
                             announce=liveness.report_stall if liveness else None)  # fmt: skip
         if liveness is not None and config.stall_timeout > 0:
             liveness.watch_peers(nodes.addresses, nodes.rank, stalls.peer_stall)
