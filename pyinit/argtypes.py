@@ -75,13 +75,10 @@ def size(low: int = 1, high: int = 1 << 50) -> Callable[[str], int]:
 REPLAY_HELP = "NVML answers recorded by `pyinit nvml --record` instead of the driver"
 
 
-def machine_options(*, sysfs: bool = True) -> argparse.ArgumentParser:
+def add_machine_options(parser: argparse.ArgumentParser) -> None:
     """The options every command that looks at the machine shares, declared
     once: the sysfs tree (a fixture instead of /sys), and NVML off or replayed."""
-    parent = argparse.ArgumentParser(add_help=False)
-    if sysfs:
-        parent.add_argument("--sysfs-root", default="/sys", metavar="DIR",
-                            help="the sysfs tree to read (a fixture)")  # fmt: skip
-    parent.add_argument("--no-nvml", action="store_true", help="sysfs only, even with a driver")
-    parent.add_argument("--nvml-replay", metavar="FILE", help=REPLAY_HELP)
-    return parent
+    parser.add_argument("--sysfs-root", default="/sys", metavar="DIR",
+                        help="the sysfs tree to read (a fixture)")  # fmt: skip
+    parser.add_argument("--no-nvml", action="store_true", help="sysfs only, even with a driver")
+    parser.add_argument("--nvml-replay", metavar="FILE", help=REPLAY_HELP)

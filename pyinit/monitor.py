@@ -462,7 +462,8 @@ def _headers(values: list[str]) -> dict[str, str]:
     return headers
 
 
-def main(args: Any, nvml_backend: Any = None, out: IO[str] | None = None) -> int:
+def watch(args: Any, nvml_backend: Any = None, out: IO[str] | None = None) -> int:
+    """`pyinit monitor`'s loop: sample, alert and export until --once, --count or an interrupt."""
     out = out or sys.stdout  # looked up now, so a replaced stdout (a test's) is used
     thresholds = Thresholds.from_file(args.thresholds) if args.thresholds else Thresholds()
     headers = _headers(args.webhook_header or [])

@@ -11,6 +11,7 @@ carry on from sysfs alone.
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -482,6 +483,27 @@ def load_replay(path: str) -> FakeNvml:
     from pyinit.jsonfile import load_json, read_input_text
 
     return FakeNvml(load_json(read_input_text(path), path))
+
+
+def backend_for(args: Any) -> NvmlBackend | None:
+    """The NVML a command's arguments name: the recording of --nvml-replay,
+    else the one the caller put in ``args.nvml_backend`` (a test's FakeNvml),
+    else None, the driver."""
+    if getattr(args, "nvml_replay", None):
+        return load_replay(args.nvml_replay)
+    return getattr(args, "nvml_backend", None)
+
+
+def optional_view(args: Any) -> NvmlView | None:
+    """NVML's view for a command that works without it: None under --no-nvml,
+    or with a line on stderr saying why NVML could not be read."""
+    if args.no_nvml:
+        return None
+    try:
+        return read_nvml(backend_for(args))
+    except NvmlUnavailable as e:
+        print(f"pyinit: NVML unavailable ({e}); working from sysfs alone", file=sys.stderr)
+        return None
 
 
 def read_nvml(backend: NvmlBackend | None = None) -> NvmlView:

@@ -340,10 +340,10 @@ def test_load_refuses_a_damaged_checkpoint(folder):
 
 
 def test_the_checkpoint_benchmark_times_all_four(folder, pyinit_bin):
-    out = folder / "bench.json"
+    out = folder / "checkpoint.json"
     proc = subprocess.run(
         [pyinit_bin, "bench", "checkpoint", "--dir", folder, "--size", "64M", "--rounds", "1",
-         "--out", out],
+         "--out", folder],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -353,4 +353,4 @@ def test_the_checkpoint_benchmark_times_all_four(folder, pyinit_bin):
     assert all(row["gb_s"] > 0 for row in document["table"].values())
     assert document["table"]["pyinit"]["pyinit_speedup"] == 1.0
     assert "pyinit is" in proc.stdout
-    assert sorted(os.listdir(folder)) == ["bench.json", "bench.png"]  # its files are gone
+    assert sorted(os.listdir(folder)) == ["checkpoint.json", "checkpoint.png"]  # its files are gone

@@ -257,7 +257,7 @@ def test_data_benchmark_runs(tmp_path, pyinit_bin):
         shutil.rmtree(work, ignore_errors=True)
     assert result.returncode == 0, result.stderr
     assert "cold" in result.stdout and "warm" in result.stdout
-    document = json.loads((tmp_path / "data_bench.json").read_text())
+    document = json.loads((tmp_path / "data.json").read_text())
     table = document["loader"]["median_batches_per_s"]
     assert set(table) == {"cold/memmap", "cold/pod-init", "warm/memmap", "warm/pod-init"}
     assert document["loader"]["reader_stats"]["cold"]["page_cache_reads"] == 0

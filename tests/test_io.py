@@ -597,7 +597,7 @@ def test_io_benchmark_runs_beside_fio(tmp_path, pyinit_bin):
     out = tmp_path / "io.json"
     proc = subprocess.run(
         [pyinit_bin, "bench", "io", "--loop", "16M", "--loop-dir", "/var/tmp", "--runtime", "0.3",
-         "--rounds", "1", "--out", out],
+         "--rounds", "1", "--out", tmp_path],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -634,7 +634,7 @@ def test_io_benchmark_fio_knobs_match_fios_own_job(tmp_path, pyinit_bin, knobs, 
     out = tmp_path / "io.json"
     proc = subprocess.run(
         [pyinit_bin, "bench", "io", "--loop", "16M", "--loop-dir", "/var/tmp", "--runtime", "0.5",
-         "--rounds", "1", *knobs, "--out", out],
+         "--rounds", "1", *knobs, "--out", tmp_path],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr

@@ -19,6 +19,7 @@ LAYERS = [
     ["pyinit.health", "pyinit.data", "pyinit.checkpoint", "pyinit.nccl", "pyinit.monitor"],
     ["pyinit.run", "pyinit.worker"],
     ["pyinit.bench"],
+    ["pyinit.commands"],
     ["pyinit.cli"],
 ]  # fmt: skip
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
@@ -108,3 +109,33 @@ def test_the_layout_doc_names_every_module():
         if "__pycache__" not in folder and folder not in rows:
             missing.append(f"the `{folder}` row")
     assert not missing, "docs/layout.md does not name: " + ", ".join(sorted(missing))
+
+
+def test_every_command_module_has_the_convention():
+    """cli imports command modules by name, where the import test cannot see them."""
+    import importlib
+
+    from pyinit.cli import COMMANDS
+
+    names = set()
+    for target, _help in COMMANDS.values():
+        names |= {m for m, _ in target.values()} if isinstance(target, dict) else {target}
+    for name in sorted(names):
+        module = importlib.import_module(name)
+        assert callable(module.add_arguments) and callable(module.main), name
+    files = {module_name(p) for p in (PACKAGE / "commands").glob("[a-z]*.py")}
+    assert files <= names, f"command modules no command names: {sorted(files - names)}"
+
+
+def test_help_imports_no_command():
+    """`pyinit --help` lists the commands from cli's table alone."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, pyinit.cli as c\ntry: c.main(['--help'])\nexcept SystemExit: pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('pyinit.', 'torch', 'numpy'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = ast.literal_eval(out.stdout.strip().splitlines()[-1])
+    assert loaded == ["pyinit.cli", "pyinit.errors", "pyinit.extras"], loaded

@@ -112,7 +112,8 @@ def test_options_come_from_the_environment_too(pyinit_bin, tmp_path):
     with pytest.MonkeyPatch.context() as patch:
         for key, value in env.items():
             patch.setenv(key, value)
-        args = build_parser().parse_args(["run", "--max-restarts", "1", "--", str(script)])
+        argv = ["run", "--max-restarts", "1", "--", str(script)]
+        args = build_parser(argv)[0].parse_args(argv)
         config = config_from_args(args)
     assert (config.max_restarts, config.stall_timeout, config.standalone, config.nproc) == (
         1, 60.0, True, 2)  # fmt: skip
@@ -135,8 +136,9 @@ def test_an_exception_inside_the_run_still_ends_the_log(tmp_path, monkeypatch):
 
     script = tmp_path / "ok.py"
     script.write_text("pass\n")
-    args = build_parser().parse_args(["run", "--standalone", "--run-dir", str(tmp_path / "run"),
-                                      "--preflight", "off", "--", str(script)])  # fmt: skip
+    argv = ["run", "--standalone", "--run-dir", str(tmp_path / "run"), "--preflight", "off",
+            "--", str(script)]  # fmt: skip
+    args = build_parser(argv)[0].parse_args(argv)
 
     def broken(*_args: object, **_kwargs: object) -> None:
         raise RuntimeError("a bug in launch")

@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from pyinit import argtypes, checkpoint
+from pyinit.errors import InputError
 from pyinit.extras import note_missing
 from pyinit.jsonfile import write_json
 from pyinit.plotting import human_bytes, pyplot, save_figure
@@ -111,23 +112,21 @@ def plot(document: dict, path: Path) -> bool:
     return save_figure(fig, path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="pyinit bench checkpoint",
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", default="/var/tmp", help="the folder the files go to")
     parser.add_argument("--size", type=argtypes.size(1 << 20), default=2 << 30, metavar="SIZE")
     parser.add_argument("--rounds", type=argtypes.whole(1, 100), default=3)
     parser.add_argument("--no-fio", action="store_true", help="leave out fio's direct write")
-    parser.add_argument("--out", help="write JSON here (and a PNG beside it)")
-    parser.add_argument("--machine", default=os.uname().nodename)
-    args = parser.parse_args(argv)
+    parser.add_argument("--out", default=".", metavar="DIR",
+                        help="folder for checkpoint.json and checkpoint.png")  # fmt: skip
+    parser.add_argument("--machine", default=os.uname().nodename, help="named in the plot")
+
+
+def main(args: argparse.Namespace) -> int:
     note_missing("matplotlib", "the PNG", "pyinit bench checkpoint")
     folder = Path(args.dir)
     if not folder.is_dir():
-        parser.error(f"--dir {folder}: no such folder")
+        raise InputError(f"--dir {folder}: no such folder")
     tools = [t for t in TOOLS if t != "fio" or (not args.no_fio and shutil.which("fio"))]
     try:
         import safetensors  # noqa: F401
@@ -163,21 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     for tool, row in table.items():
         row["pyinit_speedup"] = row["seconds"] / ours
         print(f"{tool:12} {row['seconds']:8.2f} {row['gb_s']:7.2f} {row['pyinit_speedup']:9.2f}x")
-    if args.out:
-        document = {
-            "machine": args.machine,
-            "date": time.strftime("%Y-%m-%d"),
-            "folder": str(folder),
-            "bytes": size,
-            "tensors": len(tensors),
-            "rounds": args.rounds,
-            "results": results,
-            "table": table,
-        }
-        out = write_json(args.out, document, indent=2)
-        print("wrote", out, "plot:", plot(document, out.with_suffix(".png")))
+    document = {"machine": args.machine, "date": time.strftime("%Y-%m-%d"),
+                "folder": str(folder), "bytes": size, "tensors": len(tensors),
+                "rounds": args.rounds, "results": results, "table": table}  # fmt: skip
+    out = write_json(Path(args.out) / "checkpoint.json", document, indent=2)
+    print("wrote", out, "plot:", plot(document, out.with_suffix(".png")))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -37,7 +37,7 @@ from typing import Any
 
 from pyinit import argtypes
 from pyinit.errors import InputError
-from pyinit.extras import note_missing
+from pyinit.extras import note_missing, require
 from pyinit.jsonfile import write_json
 from pyinit.nccl.timing import MULTICAST_OFF, cuda_seconds, nccl_tests_sizes
 from pyinit.plotting import bytes_axis, human_bytes, pyplot, save_figure
@@ -415,17 +415,16 @@ def plot(document: dict, path: Path) -> bool:
     return save_figure(fig, path)
 
 
-def main(argv: list[str] | None, command: str) -> int:
-    """`pyinit bench COMMAND`: the sweep under torchrun, then the table and files."""
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """nccl-tests' flags (and long names) for the collective the parser's
+    ``kind`` default names: -o only where it reduces, -r where it has a root."""
+    require("torch", parser.prog)
     import torch
 
+    command = parser.get_default("kind")
     collective = COLLECTIVES[command]
-    parser = argparse.ArgumentParser(
-        prog=f"pyinit bench {command}",
-        description=f"{collective.title} size sweep in nccl-tests' flags and columns "
-        f"(like {collective.name}_perf)",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    parser.description = (f"{collective.title} size sweep in nccl-tests' flags and columns "
+                          f"(like {collective.name}_perf)")  # fmt: skip
     gpus = torch.cuda.device_count()
     size = argtypes.size(1)
     parser.add_argument("-b", "--minbytes", "--min", type=size, default=8, metavar="SIZE",
@@ -449,13 +448,21 @@ def main(argv: list[str] | None, command: str) -> int:
     if collective.rooted:
         parser.add_argument("-r", "--root", type=argtypes.whole(0, 1023), default=0)
     parser.add_argument("--machine", default=os.uname().nodename, help="named in the plot")
-    parser.add_argument("--out", default=".", help=f"folder for {command}.json and .png")
+    parser.add_argument("--out", default=".", metavar="DIR",
+                        help=f"folder for {command}.json and {command}.png")  # fmt: skip
     parser.add_argument("--tuning", metavar="TABLE",
                         help="time NCCL's default and this tuning table (pyinit nccl --tune's "
                         "nccl-tuning.json) in turns, size by size")  # fmt: skip
     parser.add_argument("--rounds", type=argtypes.whole(1, 1000), default=5,
                         help="with --tuning: turns of each side per size (medians)")  # fmt: skip
-    args = parser.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
+    """`pyinit bench KIND`: the sweep under torchrun, then the table and files."""
+    import torch
+
+    command, gpus = args.kind, torch.cuda.device_count()
+    collective = COLLECTIVES[command]
     op, root = getattr(args, "op", "sum"), getattr(args, "root", 0)
     if op == "avg" and not gpus:
         raise InputError("-o avg needs NCCL: gloo has no average (run it on GPUs)")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pyinit import argtypes
+from pyinit.extras import require
 from pyinit.jsonfile import write_json
 
 
@@ -93,15 +94,18 @@ def _matrix_text(title: str, matrix: list[list[float | None]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None, kind: str) -> int:
-    parser = argparse.ArgumentParser(
-        prog=f"pyinit bench {kind}", description=__doc__.split("\n\n")[0]
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    require("torch", parser.prog)
+    kind = parser.get_default("kind")
     parser.add_argument("--size", type=argtypes.size(), default=1 << 30, metavar="SIZE")
     parser.add_argument("--iterations", type=argtypes.whole(1, 1_000_000), default=10)
-    parser.add_argument("--out", default=".", help=f"folder for {kind}.json")
-    args = parser.parse_args(argv)
+    parser.add_argument("--out", default=".", metavar="DIR", help=f"folder for {kind}.json")
+
+
+def main(args: argparse.Namespace) -> int:
     import torch
+
+    kind = args.kind
 
     needed = 2 if kind == "p2p" else 1
     if torch.cuda.device_count() < needed:

@@ -222,8 +222,7 @@ def plot(document: dict, path: Path) -> bool:
     return save_figure(fig, path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="pyinit bench data", description=__doc__.split("\n\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", default="/var/tmp/pyinit-bench-data", help="where shards go")
     parser.add_argument("--gib", type=argtypes.size(1 << 20), default=4 << 30, metavar="SIZE",
                         help="total token bytes (default 4G)")  # fmt: skip
@@ -236,11 +235,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=argtypes.whole(1, 1000), default=3)
     parser.add_argument("--sharder-mb", type=argtypes.whole(1, 1 << 20), default=64,
                         help="JSONL for the sharder run")  # fmt: skip
-    parser.add_argument("--out", default=".", help="folder for data_bench.json and .png")
+    parser.add_argument("--out", default=".", metavar="DIR",
+                        help="folder for data.json and data.png")  # fmt: skip
     parser.add_argument(
         "--keep", action="store_true", help="keep the shards in --dir for the next run"
     )
-    args = parser.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
     note_missing("matplotlib", "the PNG", "pyinit bench data")
     note_missing("cython", "the comparison with uncompiled loops", "pyinit bench data")
     folder = Path(args.dir)
@@ -279,7 +281,7 @@ def run_benchmark(args: argparse.Namespace, folder: Path) -> int:
         )
     print_table(document)
     out = Path(args.out)
-    write_json(out / "data_bench.json", document)
-    if plot(document, out / "data_bench.png"):
-        print(f"wrote {out / 'data_bench.json'} and data_bench.png")
+    write_json(out / "data.json", document)
+    if plot(document, out / "data.png"):
+        print(f"wrote {out / 'data.json'} and data.png")
     return 0

@@ -373,12 +373,7 @@ def plot(document: dict, path: Path) -> bool:
     return save_figure(fig, path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="pyinit bench io",
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", nargs="?", help="a file or block device that holds data")
     parser.add_argument(
         "--loop", type=argtypes.size(1 << 20), metavar="SIZE", help="make a loop device"
@@ -403,22 +398,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=argtypes.whole(1, 1000), default=2)
     parser.add_argument("--backend", default="io_uring", choices=("io_uring", "pread"))
     parser.add_argument("--no-fio", action="store_true", help="only our reader")
-    parser.add_argument("--out", help="write JSON here (and a PNG beside it)")
-    parser.add_argument("--machine", default=os.uname().nodename)
-    args = parser.parse_args(argv)
+    parser.add_argument("--out", default=".", metavar="DIR", help="folder for io.json and io.png")
+    parser.add_argument("--machine", default=os.uname().nodename, help="named in the plot")
+
+
+def main(args: argparse.Namespace) -> int:
     note_missing("matplotlib", "the PNG", "pyinit bench io")
     if (args.target is None) == (args.loop is None):
-        parser.error("give a TARGET or --loop SIZE")
-    if args.bs is not None and args.bs % 512:
-        raise InputError(f"--bs {args.bs} is not a multiple of 512 (O_DIRECT reads whole sectors)")
-    depth = args.iodepth or 1
-    if args.api == "read" and depth != 1:
-        parser.error("--api read makes one IO per call: it takes --iodepth 1")
-    if args.rw or args.bs or args.iodepth or args.api:
-        api = args.api or ("read" if depth == 1 else "stream")
-        patterns = [Pattern(args.rw or "randread", args.bs or 4096, depth, api, args.numjobs)]
-    else:
-        patterns = [replace(p, jobs=args.numjobs) for p in DEFAULT_PATTERNS]
+        raise InputError("give a TARGET or --loop SIZE")
+    patterns = chosen_patterns(args)
     largest = max(p.block_size for p in patterns)
     size = target_size(args.target) if args.target else args.loop
     if size < largest:
@@ -429,45 +417,52 @@ def main(argv: list[str] | None = None) -> int:
     fio = shutil.which("fio") if not args.no_fio else None
     if not args.no_fio and fio is None:
         print("pyinit bench io: fio is not installed; measuring our reader alone", file=sys.stderr)
-
     with contextlib.ExitStack() as stack:
         folder = args.loop_dir or "/var/tmp"
         target = args.target or stack.enter_context(loop_device(args.loop, folder))
-        results: list[Result] = []
-        dropped = True
-        for round_no in range(args.rounds):
-            for pattern in patterns:
-                tools = ["pyinit", "fio"] if fio else ["pyinit"]
-                for tool in tools if round_no % 2 == 0 else tools[::-1]:
-                    dropped &= drop_caches()
-                    if tool == "fio":
-                        results.append(run_fio(target, pattern, args.runtime))
-                    else:
-                        results.append(run_reader(target, pattern, args.runtime, args.backend))
-                    print(f"round {round_no} {pattern.name} {tool} done", file=sys.stderr)
+        results, dropped = measure(target, patterns, args, fio)
     if not dropped:
         print("pyinit bench io: page cache not dropped (needs root)", file=sys.stderr)
     table = summarize(results)
     print_table(table)
-    if args.out:
-        document = {
-            "machine": args.machine,
-            "date": time.strftime("%Y-%m-%d"),
-            "target_kind": f"loop device over a {human_bytes(args.loop)} file"
-            if args.loop
-            else target,
-            "runtime_s": args.runtime,
-            "rounds": args.rounds,
-            "backend": args.backend,
-            "page_cache_dropped": dropped,
-            "fio": fio_version() if fio else None,
-            "results": [r.fio_json() for r in results],
-            "table": table,
-        }
-        out = write_json(args.out, document, indent=2)
-        print("wrote", out, "plot:", plot(document, out.with_suffix(".png")))
+    kind = f"loop device over a {human_bytes(args.loop)} file" if args.loop else target
+    document = {"machine": args.machine, "date": time.strftime("%Y-%m-%d"), "target_kind": kind,
+                "runtime_s": args.runtime, "rounds": args.rounds, "backend": args.backend,
+                "page_cache_dropped": dropped, "fio": fio_version() if fio else None,
+                "results": [r.fio_json() for r in results], "table": table}  # fmt: skip
+    out = write_json(Path(args.out) / "io.json", document, indent=2)
+    print("wrote", out, "plot:", plot(document, out.with_suffix(".png")))
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def chosen_patterns(args: argparse.Namespace) -> list[Pattern]:
+    """The one pattern fio's knobs describe, or the five default ones."""
+    if args.bs is not None and args.bs % 512:
+        raise InputError(f"--bs {args.bs} is not a multiple of 512 (O_DIRECT reads whole sectors)")
+    depth = args.iodepth or 1
+    if args.api == "read" and depth != 1:
+        raise InputError("--api read makes one IO per call: it takes --iodepth 1")
+    if args.rw or args.bs or args.iodepth or args.api:
+        api = args.api or ("read" if depth == 1 else "stream")
+        return [Pattern(args.rw or "randread", args.bs or 4096, depth, api, args.numjobs)]
+    return [replace(p, jobs=args.numjobs) for p in DEFAULT_PATTERNS]
+
+
+def measure(
+    target: str, patterns: list[Pattern], args: argparse.Namespace, fio: str | None
+) -> tuple[list[Result], bool]:
+    """Every pattern, our reader and fio in turns (which goes first alternates
+    by round), each from a cold page cache; and whether it could be dropped."""
+    results: list[Result] = []
+    dropped = True
+    for round_no in range(args.rounds):
+        for pattern in patterns:
+            tools = ["pyinit", "fio"] if fio else ["pyinit"]
+            for tool in tools if round_no % 2 == 0 else tools[::-1]:
+                dropped &= drop_caches()
+                if tool == "fio":
+                    results.append(run_fio(target, pattern, args.runtime))
+                else:
+                    results.append(run_reader(target, pattern, args.runtime, args.backend))
+                print(f"round {round_no} {pattern.name} {tool} done", file=sys.stderr)
+    return results, dropped

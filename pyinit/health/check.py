@@ -25,7 +25,6 @@ import argparse
 import contextlib
 import ctypes
 import fcntl
-import json
 import os
 import socket
 import struct
@@ -34,11 +33,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
-
-from pyinit import _native, argtypes
 
 OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
 STATE_NAMES = ("OK", "WARNING", "CRITICAL", "UNKNOWN")
@@ -237,13 +233,6 @@ def summary(problems: list[Problem], elapsed: float) -> tuple[int, str]:
     return state, f"{text} | seconds={elapsed:.3f}"
 
 
-class _Parser(argparse.ArgumentParser):
-    """Bad usage is UNKNOWN (3), as Nagios plugins report it."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(UNKNOWN, f"{self.prog}: {message}\n")
-
-
 def drain(node: str | None, reason: str) -> None:
     """Tells SLURM to drain this node (no new jobs; running ones finish):
     slurmd runs a HealthCheckProgram but leaves the draining to it. A failure
@@ -259,53 +248,3 @@ def drain(node: str | None, reason: str) -> None:
     if done.returncode != 0:
         said = (done.stderr.strip().splitlines() or ["no message"])[-1]
         sys.stderr.write(f"pyinit check: could not drain {name}: {said}\n")
-
-
-def main(argv: list[str] | None, nvml_backend: Any = None) -> int:
-    parser = _Parser(prog="pyinit check", description=__doc__.split("\n\n")[0],
-                     parents=[argtypes.machine_options()],
-                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
-    parser.add_argument("--deadline", type=argtypes.seconds(0.1, 600), default=5.0,
-                        help="seconds for every probe together")  # fmt: skip
-    parser.add_argument("--expect-gpus", type=argtypes.whole(0, _native.MAX_EXPECTED_GPUS),
-                        metavar="N")  # fmt: skip
-    parser.add_argument("--json", action="store_true", help="the result as one JSON object")
-    parser.add_argument("--dev-root", default="/dev", metavar="DIR", help=argparse.SUPPRESS)
-    parser.add_argument("--kmsg", default="/dev/kmsg", metavar="PATH",
-                        help="the kernel log (or a saved dmesg text)")  # fmt: skip
-    parser.add_argument("--slurm-drain", action="store_true",
-                        help="when CRITICAL, drain this node in SLURM with the summary line as "
-                        "the reason (as HealthCheckProgram or in a prolog)")  # fmt: skip
-    parser.add_argument("--slurm-node", metavar="NAME",
-                        help="this node's SLURM name (default: $SLURMD_NODENAME, else the "
-                        "short host name)")  # fmt: skip
-    args = parser.parse_args(argv)
-    args.nvml_backend = nvml_backend
-    if args.nvml_replay:
-        from pyinit.nvml import load_replay
-
-        try:
-            args.nvml_backend = load_replay(args.nvml_replay)
-        except (OSError, ValueError) as e:
-            parser.exit(UNKNOWN, f"pyinit check: {args.nvml_replay}: {e}\n")
-    began = time.monotonic()
-    problems, seconds, hung = run_probes(args)
-    state, first_line = summary(problems, time.monotonic() - began)
-    if args.json:
-        document = {"state": STATE_NAMES[state], "exit": state, "summary": first_line,
-                    "probe_seconds": seconds,
-                    "problems": [asdict(p) for p in problems]}  # fmt: skip
-        for problem in document["problems"]:
-            problem["state"] = STATE_NAMES[problem["state"]]
-        sys.stdout.write(json.dumps(document, indent=1) + "\n")
-    else:
-        sys.stdout.write(first_line + "\n")
-        for problem in by_precedence(problems):
-            sys.stdout.write(problem.line() + "\n")
-    if args.slurm_drain and state == CRITICAL:
-        drain(args.slurm_node, first_line)
-    if hung:
-        # A probe still blocked (in a read, in the driver) must not hold the exit.
-        sys.stdout.flush()
-        os._exit(state)
-    return state

@@ -18,10 +18,8 @@ go, and the report says what is missing.
 
 from __future__ import annotations
 
-import argparse
 import html
 import json
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,9 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from pyinit import argtypes
 from pyinit.errors import InputError
-from pyinit.jsonfile import open_input, write_text
+from pyinit.jsonfile import open_input
 from pyinit.run import timeline
 from pyinit.run.steps import FOLDER, RECORD
 
@@ -797,38 +794,3 @@ def render_html(report: Report, document: dict[str, Any]) -> str:
 <p class="label">pyinit report, {time.strftime("%Y-%m-%d %H:%M")}</p>
 </body></html>
 """
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="pyinit report", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "run_dirs",
-        nargs="+",
-        metavar="RUN_DIR",
-        help="a pyinit run folder (--run-dir); one per node",
-    )
-    parser.add_argument(
-        "--out", metavar="FILE.html", help="where the HTML goes (default: RUN_DIR/report.html)"
-    )
-    parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
-    parser.add_argument(
-        "--price-per-gpu-hour",
-        type=argtypes.number(0.0, 1e6),
-        metavar="P",
-        help="what one GPU-hour costs, for the cost lines",
-    )
-    args = parser.parse_args(argv)
-    folders = [Path(f) for f in args.run_dirs]
-    for folder in folders:
-        if not folder.is_dir():
-            raise InputError("not a folder (give the run's --run-dir)", file=str(folder))
-    report = build(folders, args.price_per_gpu_hour)
-    document = report.summary()
-    out = Path(args.out) if args.out else folders[0] / "report.html"
-    write_text(out, render_html(report, document))
-    document["html"] = str(out)
-    if args.json:
-        sys.stdout.write(json.dumps(document, indent=1) + "\n")
-    else:
-        sys.stdout.write(text(document) + f"wrote {out}\n")
-    return 0

@@ -11,14 +11,12 @@ in the JSON.
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pyinit.errors import InputError
-from pyinit.jsonfile import MalformedJson, open_input, parse_json, write_json
+from pyinit.jsonfile import MalformedJson, open_input, parse_json
 from pyinit.run.events import FILE_NAME
 
 # (event name, label, who records it), in the order they happen.
@@ -270,23 +268,3 @@ def plot(timeline: Timeline, path: Path) -> bool:
     ax.set_title(title + "\n(ticks: each rank's end of the phase)", fontsize="medium")
     ax.grid(True, axis="x", alpha=0.3)
     return save_figure(fig, path)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="pyinit timeline", description=__doc__.split("\n\n")[0])
-    parser.add_argument("run_dir", metavar="RUN_DIR",
-                        help="a pyinit run folder (--run-dir), or its events.jsonl")  # fmt: skip
-    parser.add_argument("--json", metavar="FILE", help="write the rows as JSON")
-    parser.add_argument("--png", metavar="FILE", help="draw the chart (needs pod-init[plots])")
-    args = parser.parse_args(argv)
-    if args.png:
-        from pyinit.extras import require
-
-        require("matplotlib", "pyinit timeline --png")
-    timeline = build(read_events(Path(args.run_dir)))
-    sys.stdout.write(table(timeline))
-    if args.json:
-        write_json(args.json, timeline.to_dict())
-    if args.png:
-        plot(timeline, Path(args.png))
-    return 0

@@ -1,0 +1,41 @@
+"""``pyinit report``: where every GPU-hour of a run went, as HTML, cost and findings."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from pyinit import argtypes
+from pyinit.errors import InputError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                        help="a pyinit run folder (--run-dir); one per node")  # fmt: skip
+    parser.add_argument("--out", metavar="FILE.html",
+                        help="where the HTML goes (default: RUN_DIR/report.html)")  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
+    parser.add_argument("--price-per-gpu-hour", type=argtypes.number(0.0, 1e6), metavar="P",
+                        help="what one GPU-hour costs, for the cost lines")  # fmt: skip
+
+
+def main(args: argparse.Namespace) -> int:
+    from pyinit.jsonfile import write_text
+    from pyinit.run.report import build, render_html, text
+
+    folders = [Path(f) for f in args.run_dirs]
+    for folder in folders:
+        if not folder.is_dir():
+            raise InputError("not a folder (give the run's --run-dir)", file=str(folder))
+    report = build(folders, args.price_per_gpu_hour)
+    document = report.summary()
+    out = Path(args.out) if args.out else folders[0] / "report.html"
+    write_text(out, render_html(report, document))
+    document["html"] = str(out)
+    if args.json:
+        sys.stdout.write(json.dumps(document, indent=1) + "\n")
+    else:
+        sys.stdout.write(text(document) + f"wrote {out}\n")
+    return 0
