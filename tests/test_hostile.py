@@ -49,7 +49,8 @@ SHARD_IN = {"in.jsonl": b'{"text": "hello"}\n{"text": "world"}\n'}
 RUN = ["pyinit", "run", "--run-dir", "{tmp}/run"]
 BAD_INPUT = [
     (["pod-init", "topo", "--expect-gpus", "4294967296"], {}, 2, "--expect-gpus needs"),
-    (["pod-init", "read", "--queue-depth", "0", "{tmp}"], {}, 2, "queue_depth must be from 1"),
+    (["pod-init", "read", "--queue-depth", "0", "{tmp}"], {}, 2,
+     "--queue-depth needs a whole number from 1 to 4096"),
     (["pod-init", "nccl", "--sysfs-root", "{sys}", "--out", "{tmp}/out", "--hostfile", "{hosts}"],
      BIG_LIST, 2, "expands to more than 65536 names"),
     (["pod-init", "nccl", "--sysfs-root", "{sys}", "--out", "{tmp}/out", "--hints", "{bin}"],

@@ -18,6 +18,7 @@
 extern char** environ;
 
 #include "common/clock.hpp"
+#include "common/command_line.hpp"
 #include "common/error.hpp"
 #include "common/sha256.hpp"
 #include "common/sysfs.hpp"
@@ -37,53 +38,98 @@ constexpr int kExitOk = 0;
 constexpr int kExitFindings = 1;
 constexpr int kExitUsage = 2;
 
-struct CommandHelp {
-  const char* name;  // "" for the supervisor (`pod-init -- COMMAND`)
-  const char* usage;
-  const char* text;
+int run_wrapper(const pod_init::ParsedCommand& args);
+int run_topo(const pod_init::ParsedCommand& args);
+int run_nccl(const pod_init::ParsedCommand& args);
+int run_read(const pod_init::ParsedCommand& args);
+int run_modules(const pod_init::ParsedCommand& args);
+int run_params(const pod_init::ParsedCommand& args);
+
+struct Command {
+  pod_init::CommandSpec spec;
+  int (*run)(const pod_init::ParsedCommand&);
 };
 
-constexpr CommandHelp kCommands[] = {
-    {"",
-     "pod-init [--grace SECONDS] [-g] [-e CODE]... [-v] [--end-with-parent] -- COMMAND "
-     "[ARGS...]\n",
-     "  --      Runs COMMAND as a child, as tini does: forwards TERM, INT, HUP, USR1, USR2,\n"
-     "          QUIT, WINCH; reaps every process (a child subreaper when not PID 1); after\n"
-     "          TERM or INT KILLs a command still running after the grace period (default\n"
-     "          10 s). When the command has ended, what it left running gets TERM and,\n"
-     "          after the grace, KILL. -g: the command gets a process group of its own and\n"
-     "          signals go to the group; -e CODE: exit status CODE counts as 0 (repeatable);\n"
-     "          -v: a line per signal forwarded and process reaped; --end-with-parent: when\n"
-     "          the process that started pod-init dies, even by KILL, the command and all\n"
-     "          it left are KILLed at once (exit 137). As PID 1 of the machine (the boot\n"
-     "          image's /init) pod-init reads podinit.* from the kernel command line\n"
-     "          instead; see docs/pod-init.md.\n"},
-    {"topo", "pod-init topo [--sysfs-root DIR] [--json] [--expect-gpus N] [--no-bar0]\n",
-     "  topo    PCIe topology of this node: GPU/NIC/NVMe matrix, links, BARs, findings.\n"
-     "          --sysfs-root DIR (default /sys), --json one document, --expect-gpus N\n"
-     "          (0 to 4096) an error finding for fewer, --no-bar0 no BAR0 mapping.\n"},
-    {"nccl",
-     "pod-init nccl [--sysfs-root DIR] [--hints FILE] [--hostfile FILE [--node K]]\n"
-     "              [--out DIR] [--force-rings] [--socket-ifname NAME] [--channels N]\n"
-     "              [--proc-root DIR]\n",
-     "  nccl    NCCL configuration: writes nccl-topo.xml, nccl-graph.xml, nccl.env (and\n"
-     "          hosts with --hostfile) in DIR (default .) and prints the rings. Defaults:\n"
-     "          --sysfs-root /sys, --proc-root /proc, --channels from the ring's bandwidth\n"
-     "          (1 to 32), --socket-ifname the interface that reaches node 0. --node K\n"
-     "          writes node K's files (of the hostfile's nodes, this machine's topology)\n"
-     "          instead of this machine's own: a plan for a cluster of such nodes.\n"},
-    {"read", "pod-init read PATH [--offset BYTES] [--length BYTES] [--queue-depth N]\n",
-     "  read    Reads PATH (a file or block device) with the O_DIRECT reader and prints\n"
-     "          the SHA-256 of the bytes read. Defaults: --offset 0, --length to the end,\n"
-     "          --queue-depth 32 (1 to 4096).\n"},
-    {"modules", "pod-init modules [--release-dir DIR] NAME...\n",
-     "  modules The modules.dep lines of NAME... and of everything they need, dependencies\n"
-     "          first, from DIR (default /lib/modules/$(uname -r)): what PID 1 loads for\n"
-     "          podinit.modules, and what initramfs/build puts in the image.\n"},
-    {"params", "pod-init params LINE...\n",
-     "  params  Checks podinit.KEY=VALUE lines as PID 1 reads /etc/pod-init.conf: one line\n"
-     "          per problem (initramfs/build runs it).\n"},
-};
+constexpr int64_t kMaxGraceSeconds = 3600;
+
+// Every command, its options and their ranges: the parser, the usage lines
+// and --help are all made from this table.
+const std::vector<Command>& commands() {
+  static const std::vector<Command> table = {
+      {{"",
+        "-- COMMAND [ARGS...]",
+        {{"--grace", "SECONDS", "before KILL, after TERM or INT (default 10)", "seconds", 0,
+          kMaxGraceSeconds},
+         {"-g", nullptr, "a process group of its own; signals go to the group"},
+         {"-e", "CODE", "this status counts as 0 (repeatable)", "an exit status", 0, 255, true},
+         {"-v", nullptr, "a line per signal forwarded and process reaped"},
+         {"-s", nullptr, "tini's -s: pod-init is a subreaper unless PID 1"},
+         {"--end-with-parent", nullptr, "if our starter dies (even KILLed), KILL all, exit 137"}},
+        "Runs COMMAND as a child, as tini does: forwards TERM, INT, HUP, USR1, USR2,\n"
+        "QUIT, WINCH; reaps every process (a child subreaper when not PID 1); when the\n"
+        "command has ended, what it left running gets TERM and, after the grace, KILL.\n"
+        "As PID 1 of the machine (the boot image's /init) pod-init reads podinit.* from\n"
+        "the kernel command line instead; see docs/pod-init.md.\n",
+        true},
+       run_wrapper},
+      {{"topo",
+        "",
+        {{"--sysfs-root", "DIR", "the sysfs tree to read (default /sys)"},
+         {"--json", nullptr, "one JSON document"},
+         {"--expect-gpus", "N", "an error finding for fewer GPUs", "a whole number", 0,
+          pod_init::kMaxExpectedGpus},
+         {"--no-bar0", nullptr, "do not map GPU BAR0"}},
+        "PCIe topology of this node: GPU/NIC/NVMe matrix, links, BARs, findings.\n"},
+       run_topo},
+      {{"nccl",
+        "",
+        {{"--sysfs-root", "DIR", "the sysfs tree to read (default /sys)"},
+         {"--hints", "FILE", "regroup devices under switches/NUMA nodes"},
+         {"--hostfile", "FILE", "one IP address per node, node 0 first"},
+         {"--node", "K", "write node K's files: a plan for a cluster", "a node index", 0,
+          static_cast<int64_t>(pod_init::kMaxHosts) - 1},
+         {"--out", "DIR", "where the files go (default .)"},
+         {"--force-rings", nullptr, "make NCCL use the computed rings unchecked"},
+         {"--socket-ifname", "NAME", "NCCL's socket interface (default: toward node 0)"},
+         {"--channels", "N", "ring channels (default: by bandwidth)", "a whole number", 1,
+          pod_init::kMaxChannels},
+         {"--proc-root", "DIR", "the proc tree to read (default /proc)"}},
+        "NCCL configuration: writes nccl-topo.xml, nccl-graph.xml, nccl.env (and hosts\n"
+        "with --hostfile) and prints the rings. --node K plans node K of a cluster of\n"
+        "such nodes.\n"},
+       run_nccl},
+      {{"read",
+        "PATH",
+        {{"--offset", "BYTES", "where to start (default 0)", "a byte count", 0, INT64_MAX},
+         {"--length", "BYTES", "how much (default: to the end)", "a byte count", 0, INT64_MAX},
+         {"--queue-depth", "N", "reads in flight (default 32)", "a whole number", 1,
+          pod_init::kMaxQueueDepth}},
+        "Reads PATH (a file or block device) with the O_DIRECT reader and prints the\n"
+        "SHA-256 of the bytes read.\n"},
+       run_read},
+      {{"modules",
+        "NAME...",
+        {{"--release-dir", "DIR", "modules.dep's folder (default /lib/modules/$(uname -r))"}},
+        "The modules.dep lines of NAME... and of everything they need, dependencies\n"
+        "first: what PID 1 loads for podinit.modules, and what initramfs/build puts in\n"
+        "the image.\n"},
+       run_modules},
+      {{"params",
+        "LINE...",
+        {},
+        "Checks podinit.KEY=VALUE lines as PID 1 reads /etc/pod-init.conf: one line per\n"
+        "problem (initramfs/build runs it).\n"},
+       run_params},
+  };
+  return table;
+}
+
+const Command* find_command(const std::string& name) {
+  for (const Command& command : commands()) {
+    if (name == command.spec.name) return &command;
+  }
+  return nullptr;
+}
 
 constexpr const char* kExitStatus =
     "exit status:\n"
@@ -97,31 +143,30 @@ constexpr const char* kExitStatus =
     "       ended (its stall event names the rank and where it was)\n";
 
 // The usage lines of every command (`command` null) or of one.
-std::string usage_lines(const char* command) {
+std::string usage_lines(const Command* command) {
   std::string usage;
-  for (const CommandHelp& entry : kCommands) {
-    if (command != nullptr && std::string(entry.name) != command) continue;
-    usage += (usage.empty() ? "usage: " : "       ") + std::string(entry.usage);
+  for (const Command& entry : commands()) {
+    if (command != nullptr && command != &entry) continue;
+    usage += (usage.empty() ? "usage: " : "       ") + pod_init::usage_line("pod-init", entry.spec);
   }
   return usage;
 }
 
-// Usage, what the command does, then the exit-status table.
-std::string help(const char* command) {
-  std::string text;
-  for (const CommandHelp& entry : kCommands) {
-    if (command == nullptr || std::string(entry.name) == command) text += entry.text;
+// Usage, what the command does and its options, then the exit-status table.
+int print_help(const Command* command) {
+  std::string text = usage_lines(command);
+  for (const Command& entry : commands()) {
+    if (command != nullptr && command != &entry) continue;
+    text += "\n";
+    if (command == nullptr) text += *entry.spec.name ? entry.spec.name : "-- COMMAND";
+    text += (command == nullptr ? ":\n" : "") + pod_init::option_help(entry.spec);
   }
-  return usage_lines(command) + "\n" + text + "\n" + kExitStatus;
-}
-
-int print_help(const char* command) {
-  std::fputs(help(command).c_str(), stdout);
+  std::fputs((text + "\n" + kExitStatus).c_str(), stdout);
   return kExitOk;
 }
 
-int usage_error(const std::string& message) {
-  std::fprintf(stderr, "pod-init: %s\n%s", message.c_str(), usage_lines(nullptr).c_str());
+int usage_error(const std::string& message, const Command* command = nullptr) {
+  std::fprintf(stderr, "pod-init: %s\n%s", message.c_str(), usage_lines(command).c_str());
   return kExitUsage;
 }
 
@@ -140,34 +185,12 @@ int reporting_errors(Work work) {
   }
 }
 
-int run_topo(const std::vector<std::string>& args) {
+int run_topo(const pod_init::ParsedCommand& args) {
   pod_init::ScanOptions options;
-  bool json = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    auto next = [&]() -> const std::string* { return i + 1 < args.size() ? &args[++i] : nullptr; };
-    if (arg == "--json") {
-      json = true;
-    } else if (arg == "--no-bar0") {
-      options.probe_bar0 = false;
-    } else if (arg == "--sysfs-root") {
-      const std::string* value = next();
-      if (!value || value->empty()) return usage_error("--sysfs-root needs a directory");
-      options.sysfs_root = *value;
-    } else if (arg == "--expect-gpus") {
-      const std::string* value = next();
-      auto count = value ? pod_init::sysfs::parse_int(*value) : std::nullopt;
-      if (!count || *count < 0 || *count > pod_init::kMaxExpectedGpus) {
-        return usage_error("--expect-gpus needs a whole number from 0 to " +
-                           std::to_string(pod_init::kMaxExpectedGpus));
-      }
-      options.expect_gpus = static_cast<int>(*count);
-    } else if (arg == "-h" || arg == "--help") {
-      return print_help("topo");
-    } else {
-      return usage_error("topo: unknown argument '" + arg + "'");
-    }
-  }
+  options.sysfs_root = args.text("--sysfs-root", options.sysfs_root);
+  options.expect_gpus = static_cast<int>(args.number("--expect-gpus", -1));
+  options.probe_bar0 = !args.has("--no-bar0");
+  const bool json = args.has("--json");
   return reporting_errors([&] {
     pod_init::Topology topo = pod_init::scan(options);
     std::string out = json ? pod_init::topology_json(topo) : pod_init::topology_text(topo);
@@ -176,55 +199,17 @@ int run_topo(const std::vector<std::string>& args) {
   });
 }
 
-int run_nccl(const std::vector<std::string>& args) {
-  pod_init::NcclRequest options;  // the option fields; the request is made below
-  std::string sysfs_root = "/sys", proc_root = "/proc", hints, hostfile;
-  int node = -1;
-  const std::pair<const char*, std::string*> paths[] = {
-      {"--sysfs-root", &sysfs_root}, {"--proc-root", &proc_root},
-      {"--hints", &hints},           {"--hostfile", &hostfile},
-      {"--out", &options.out_dir},   {"--socket-ifname", &options.socket_ifname}};
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    const std::string* value = i + 1 < args.size() ? &args[i + 1] : nullptr;
-    auto path = std::find_if(std::begin(paths), std::end(paths),
-                             [&](const auto& option) { return arg == option.first; });
-    if (path != std::end(paths)) {
-      if (!value || value->empty()) return usage_error(arg + " needs a value");
-      *path->second = *value;
-      ++i;
-    } else if (arg == "--force-rings") {
-      options.force_rings = true;
-    } else if (arg == "--channels") {
-      auto count = value ? pod_init::sysfs::parse_int(*value) : std::nullopt;
-      if (!count || *count < 1 || *count > pod_init::kMaxChannels) {
-        return usage_error("--channels needs a whole number from 1 to " +
-                           std::to_string(pod_init::kMaxChannels));
-      }
-      options.channels = static_cast<int>(*count);
-      ++i;
-    } else if (arg == "--node") {
-      auto index = value ? pod_init::sysfs::parse_int(*value) : std::nullopt;
-      if (!index || *index < 0 || *index >= static_cast<int64_t>(pod_init::kMaxHosts)) {
-        return usage_error("--node needs a node index from 0");
-      }
-      node = static_cast<int>(*index);
-      ++i;
-    } else if (arg == "-h" || arg == "--help") {
-      return print_help("nccl");
-    } else {
-      return usage_error("nccl: unknown argument '" + arg + "'");
-    }
-  }
+int run_nccl(const pod_init::ParsedCommand& args) {
   return reporting_errors([&] {
-    pod_init::NcclRequest request =
-        pod_init::make_nccl_request(pod_init::scan({sysfs_root, -1, false}),
-                                    {hints, proc_root, pod_init::process_environment()});
-    request.nodes = pod_init::load_node_list(hostfile, "", node);
-    request.out_dir = options.out_dir;
-    request.socket_ifname = options.socket_ifname;
-    request.force_rings = options.force_rings;
-    request.channels = options.channels;
+    pod_init::NcclRequest request = pod_init::make_nccl_request(
+        pod_init::scan({args.text("--sysfs-root", "/sys"), -1, false}),
+        {args.text("--hints"), args.text("--proc-root", "/proc"), pod_init::process_environment()});
+    request.nodes = pod_init::load_node_list(args.text("--hostfile"), "",
+                                             static_cast<int>(args.number("--node", -1)));
+    request.out_dir = args.text("--out", request.out_dir);
+    request.socket_ifname = args.text("--socket-ifname");
+    request.force_rings = args.has("--force-rings");
+    request.channels = static_cast<int>(args.number("--channels", request.channels));
     pod_init::NcclConfig config = pod_init::build_nccl_config(request);
     pod_init::write_nccl_files(config);
     std::string out = pod_init::nccl_summary(config);
@@ -233,39 +218,14 @@ int run_nccl(const std::vector<std::string>& args) {
   });
 }
 
-std::optional<uint64_t> parse_count(const std::string* text) {
-  auto value = text ? pod_init::sysfs::parse_int(*text) : std::nullopt;
-  if (!value || *value < 0) return std::nullopt;
-  return static_cast<uint64_t>(*value);
-}
-
-int run_read(const std::vector<std::string>& args) {
-  std::string path;
-  uint64_t offset = 0, length = UINT64_MAX;
-  uint64_t depth = 32;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string* value = i + 1 < args.size() ? &args[i + 1] : nullptr;
-    uint64_t* target = args[i] == "--offset"        ? &offset
-                       : args[i] == "--length"      ? &length
-                       : args[i] == "--queue-depth" ? &depth
-                                                    : nullptr;
-    if (args[i] == "-h" || args[i] == "--help") return print_help("read");
-    if (target != nullptr) {
-      auto number = parse_count(value);
-      if (!number) return usage_error(args[i] + " needs a whole number");
-      *target = *number;
-      ++i;
-    } else if (path.empty() && !args[i].empty() && args[i][0] != '-') {
-      path = args[i];
-    } else {
-      return usage_error("read: unexpected argument '" + args[i] + "'");
-    }
-  }
-  if (path.empty()) return usage_error("read needs a PATH");
+int run_read(const pod_init::ParsedCommand& args) {
+  if (args.operands.size() != 1) return usage_error("read needs one PATH", find_command("read"));
+  const std::string& path = args.operands[0];
+  const uint64_t offset = static_cast<uint64_t>(args.number("--offset", 0));
+  uint64_t length = static_cast<uint64_t>(args.number("--length", INT64_MAX));
+  const int64_t depth = args.number("--queue-depth", 32);
   return reporting_errors([&] {
-    // The reader checks the depth's range (InputError, exit 2).
-    pod_init::DirectReader reader(path, static_cast<int64_t>(std::min<uint64_t>(depth, INT64_MAX)),
-                                  pod_init::BackendChoice::Auto);
+    pod_init::DirectReader reader(path, depth, pod_init::BackendChoice::Auto);
     length = std::min(length, reader.size() > offset ? reader.size() - offset : 0);
     constexpr size_t kChunk = 8 << 20;
     pod_init::AlignedBuffer buffer(kChunk);
@@ -290,24 +250,11 @@ int run_read(const std::vector<std::string>& args) {
   });
 }
 
-int run_modules(const std::vector<std::string>& args) {
-  std::string release_dir;
-  std::vector<std::string> names;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--release-dir") {
-      if (i + 1 >= args.size() || args[i + 1].empty()) {
-        return usage_error("--release-dir needs a directory");
-      }
-      release_dir = args[++i];
-    } else if (args[i] == "-h" || args[i] == "--help") {
-      return print_help("modules");
-    } else if (!args[i].empty() && args[i][0] != '-') {
-      names.push_back(args[i]);
-    } else {
-      return usage_error("modules: unknown argument '" + args[i] + "'");
-    }
-  }
-  if (names.empty()) return usage_error("modules needs at least one module NAME");
+int run_modules(const pod_init::ParsedCommand& args) {
+  const std::vector<std::string>& names = args.operands;
+  if (names.empty())
+    return usage_error("modules needs at least one module NAME", find_command("modules"));
+  std::string release_dir = args.text("--release-dir");
   if (release_dir.empty()) {
     utsname uts{};
     uname(&uts);
@@ -321,12 +268,9 @@ int run_modules(const std::vector<std::string>& args) {
   });
 }
 
-int run_params(const std::vector<std::string>& args) {
-  if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) {
-    return print_help("params");
-  }
+int run_params(const pod_init::ParsedCommand& args) {
   std::string text;
-  for (const std::string& line : args) text += line + "\n";
+  for (const std::string& line : args.operands) text += line + "\n";
   pod_init::InitConfig config;
   std::vector<std::string> errors;
   pod_init::apply_init_file(text, "/etc/pod-init.conf", &config, &errors);
@@ -336,38 +280,15 @@ int run_params(const std::vector<std::string>& args) {
 
 // `pod-init [--grace S] -- COMMAND...`: tini's job. PID 1 of a container's
 // namespace inherits its orphans anyway; elsewhere a subreaper gets them.
-int run_wrapper(const std::vector<std::string>& args) {
+int run_wrapper(const pod_init::ParsedCommand& args) {
+  if (args.operands.empty()) return usage_error("no command after --", find_command(""));
   pod_init::SupervisorOptions options;
-  std::vector<int> success_codes;  // -e: statuses that count as 0
-  size_t i = 0;
-  for (; i < args.size() && args[i] != "--"; ++i) {
-    const std::string* value = i + 1 < args.size() ? &args[i + 1] : nullptr;
-    if (args[i] == "--grace") {
-      auto seconds = parse_count(value);
-      if (!seconds || *seconds > 3600) return usage_error("--grace needs seconds from 0 to 3600");
-      options.grace_ms = static_cast<unsigned>(*seconds * 1000);
-      ++i;
-    } else if (args[i] == "-e") {
-      auto code = parse_count(value);
-      if (!code || *code > 255) return usage_error("-e needs an exit status from 0 to 255");
-      success_codes.push_back(static_cast<int>(*code));
-      ++i;
-    } else if (args[i] == "-g") {
-      options.process_group = true;
-    } else if (args[i] == "-v") {
-      options.verbose = true;
-    } else if (args[i] == "--end-with-parent") {
-      options.end_with_parent = true;
-    } else if (args[i] == "-s") {
-      // tini's -s: pod-init is a subreaper whenever it is not PID 1 anyway.
-    } else if (args[i] == "-h" || args[i] == "--help") {
-      return print_help("");
-    } else {
-      return usage_error("unknown option '" + args[i] + "'");
-    }
-  }
-  if (i + 1 >= args.size()) return usage_error("no command after --");
-  options.command.assign(args.begin() + static_cast<long>(i) + 1, args.end());
+  options.command = args.operands;
+  options.grace_ms = static_cast<unsigned>(args.number("--grace", options.grace_ms / 1000) * 1000);
+  options.process_group = args.has("-g");
+  options.verbose = args.has("-v");
+  options.end_with_parent = args.has("--end-with-parent");
+  const std::vector<int64_t> success_codes = args.numbers("-e");  // statuses that count as 0
   options.log = [](const std::string& line) {
     std::fprintf(stderr, "pod-init: %s\n", line.c_str());
   };
@@ -399,18 +320,20 @@ int main(int argc, char** argv) {
   if (pod_init::is_machine_init()) pod_init::run_machine_init();
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) return usage_error("missing command");
-  std::string command = args.front();
-  if (command == "-h" || command == "--help") return print_help(nullptr);
-  if (command == "-V" || command == "--version") {
+  if (args[0] == "-h" || args[0] == "--help") return print_help(nullptr);
+  if (args[0] == "-V" || args[0] == "--version") {
     std::printf("pod-init %s\n", POD_INIT_VERSION);
     return kExitOk;
   }
-  if (command.rfind("-", 0) == 0) return run_wrapper(args);
-  args.erase(args.begin());
-  if (command == "topo") return run_topo(args);
-  if (command == "nccl") return run_nccl(args);
-  if (command == "read") return run_read(args);
-  if (command == "modules") return run_modules(args);
-  if (command == "params") return run_params(args);
-  return usage_error("unknown command '" + command + "'");
+  // An option first: the supervisor's command line (pod-init [OPTIONS] -- COMMAND).
+  const bool supervising = args[0].rfind("-", 0) == 0;
+  const Command* command = find_command(supervising ? "" : args[0]);
+  if (command == nullptr) return usage_error("unknown command '" + args[0] + "'");
+  if (!supervising) args.erase(args.begin());
+  std::string error;
+  std::optional<pod_init::ParsedCommand> parsed =
+      pod_init::parse_command(command->spec, args, &error);
+  if (!parsed) return usage_error(error, command);
+  if (parsed->help) return print_help(command);
+  return command->run(*parsed);
 }
