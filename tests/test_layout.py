@@ -139,3 +139,16 @@ def test_help_imports_no_command():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = ast.literal_eval(out.stdout.strip().splitlines()[-1])
     assert loaded == ["pyinit.cli", "pyinit.errors", "pyinit.extras"], loaded
+
+
+def test_public_cpp_headers_keep_detail_private():
+    """A header beside a concern's sources is its interface: it names detail/
+    types at most, so their definitions do not reach every includer."""
+    wrong = []
+    for header in sorted((ROOT / "csrc").rglob("*.hpp")):
+        if "detail" in header.parts:
+            continue
+        for line in header.read_text().splitlines():
+            if re.match(r'#include "[a-z_]+/detail/', line):
+                wrong.append(f"{header.relative_to(ROOT)}: {line}")
+    assert not wrong, "\n".join(wrong)

@@ -11,6 +11,10 @@
 
 #include "common/clock.hpp"
 #include "common/error.hpp"
+#include "io/detail/direct_file.hpp"
+#include "io/detail/io_backend.hpp"
+#include "io/detail/piece_queue.hpp"
+#include "io/detail/resident_map.hpp"
 
 namespace pod_init {
 
@@ -90,6 +94,10 @@ void DirectReader::close() {
   resident_.clear();
   for (DirectFile& file : files_) close_direct(&file);
 }
+
+uint64_t DirectReader::size(size_t file) const { return files_.at(file).size; }
+
+bool DirectReader::closed() const { return files_.empty() || files_[0].fd < 0; }
 
 uint32_t DirectReader::block_size() const {
   uint32_t align = 0;

@@ -16,13 +16,16 @@
 #include <vector>
 
 #include "io/aligned_buffer.hpp"
-#include "io/detail/direct_file.hpp"
-#include "io/detail/io_backend.hpp"
-#include "io/detail/piece_queue.hpp"
-#include "io/detail/resident_map.hpp"
+#include "io/io_choice.hpp"
 #include "io/io_memory.hpp"
 
 namespace pod_init {
+
+// Defined in detail/: a user of the reader needs only their names.
+struct DirectFile;
+class IoBackend;
+class PieceQueue;
+class ResidentMap;
 
 // IoCounters: the reads issued to the kernel, how many went through
 // registered memory, and their latency (submit to completion).
@@ -58,7 +61,7 @@ class DirectReader {
 
   size_t file_count() const { return paths_.size(); }
   const std::string& path(size_t file = 0) const { return paths_.at(file); }
-  uint64_t size(size_t file = 0) const { return files_.at(file).size; }  // at open
+  uint64_t size(size_t file = 0) const;  // at open
   // The strictest alignment over the files: what a caller must meet for all.
   uint32_t block_size() const;
   uint32_t memory_alignment() const;
@@ -96,7 +99,7 @@ class DirectReader {
   // The reader's own reads and those of its streams that have closed.
   ReaderStats stats() const;
   void close();
-  bool closed() const { return files_.empty() || files_[0].fd < 0; }
+  bool closed() const;
 
  private:
   void check_open(uint32_t file) const;

@@ -15,6 +15,9 @@
 #include "common/crc32c.hpp"
 #include "common/error.hpp"
 #include "io/aligned_buffer.hpp"
+#include "io/detail/direct_file.hpp"
+#include "io/detail/io_backend.hpp"
+#include "io/detail/piece_queue.hpp"
 
 namespace pod_init {
 
@@ -102,8 +105,10 @@ DirectWriter::DirectWriter(std::string path, uint64_t expected_size, int64_t que
     fd_ = create_file(folder_fd_, name_, &direct, &temp_name_);
     if (fd_ < 0) throw SysError(-fd_, "create", path_);
     if (!temp_name_.empty()) note_ = "no O_TMPFILE: written under " + temp_name_;
-    if (int rc = describe_direct(fd_, direct, &file_); rc < 0) throw SysError(-rc, "stat", path_);
-    file_.fd = fd_;
+    DirectFile file;
+    if (int rc = describe_direct(fd_, direct, &file); rc < 0) throw SysError(-rc, "stat", path_);
+    direct_ = file.direct;
+    offset_align_ = file.offset_align;
     // A disk without room fails here, before anything is written. Checked, not
     // fallocate()d: O_DIRECT writes into preallocated (unwritten) extents pay
     // for converting them, 20-30 % of the bandwidth on ext4 here.
@@ -168,7 +173,7 @@ void DirectWriter::write(const uint8_t* data, size_t length) {
 void DirectWriter::submit_chunk(size_t length) {
   // Only the last block is short; direct IO writes whole blocks, and commit()
   // cuts the padding off with the size.
-  size_t padded = align_up(length, file_.offset_align);
+  size_t padded = align_up(length, offset_align_);
   std::memset(current_.data() + length, 0, padded - length);
   Piece piece;
   piece.offset = submitted_;
@@ -251,7 +256,7 @@ void DirectWriter::discard() noexcept {
   spare_.clear();
   current_.reset();
   if (fd_ >= 0) close(fd_);
-  fd_ = file_.fd = -1;
+  fd_ = -1;
   if (!temp_name_.empty() && folder_fd_ >= 0) unlinkat(folder_fd_, temp_name_.c_str(), 0);
   temp_name_.clear();
   if (folder_fd_ >= 0) close(folder_fd_);

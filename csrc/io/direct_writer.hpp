@@ -15,12 +15,14 @@
 #include <thread>
 #include <vector>
 
-#include "io/detail/direct_file.hpp"
-#include "io/detail/io_backend.hpp"
-#include "io/detail/piece_queue.hpp"
+#include "io/io_choice.hpp"
 #include "io/io_memory.hpp"
 
 namespace pod_init {
+
+// Defined in detail/: a user of the writer needs only their names.
+class IoBackend;
+class PieceQueue;
 
 inline constexpr const char* kChecksumAttribute = "user.pod-init.crc32c";
 
@@ -48,7 +50,7 @@ class DirectWriter {
   const std::string& path() const { return path_; }
   uint64_t bytes() const { return written_; }
   uint32_t crc() const { return crc_; }
-  bool direct() const { return file_.direct; }
+  bool direct() const { return direct_; }
   bool open() const { return fd_ >= 0; }
   // What the writer worked without ("no O_TMPFILE", "no xattr"...); "" when nothing.
   const std::string& note() const { return note_; }
@@ -72,7 +74,8 @@ class DirectWriter {
   std::vector<std::string> names_;  // for the queue's errors: the target
   int fd_ = -1;
   int folder_fd_ = -1;
-  DirectFile file_;
+  bool direct_ = false;        // O_DIRECT was taken
+  uint32_t offset_align_ = 0;  // what each write is padded to
   uint64_t written_ = 0;
   uint64_t submitted_ = 0;  // file offset of the current staging block
   uint32_t crc_ = 0;

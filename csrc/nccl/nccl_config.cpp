@@ -12,6 +12,8 @@
 #include "common/error.hpp"
 #include "common/line_input.hpp"
 #include "common/sysfs.hpp"
+#include "nccl/detail/nccl_xml.hpp"
+#include "nccl/detail/rings.hpp"
 #include "nccl/detail/topo_hints.hpp"
 #include "nccl/netif.hpp"
 

@@ -8,10 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "nccl/detail/nccl_xml.hpp"
-#include "nccl/detail/rings.hpp"
-#include "nccl/detail/topo_hints.hpp"
 #include "nccl/hostfile.hpp"
+#include "nccl/nccl_plan.hpp"
 #include "topology/nvlink.hpp"
 #include "topology/topology.hpp"
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "io/aligned_buffer.hpp"
+#include "io/io_choice.hpp"
 
 namespace pod_init {
 
@@ -51,9 +52,6 @@ int make_uring_backend(const std::vector<int>& fds, unsigned depth, const Buffer
                        std::unique_ptr<IoBackend>* backend);
 
 std::unique_ptr<IoBackend> make_pread_backend(std::vector<int> fds, unsigned depth);
-
-// Auto: io_uring where the kernel allows it, else the thread pool.
-enum class BackendChoice { Auto, IoUring, Pread };
 
 // The one choice of backend, for the reader, its streams and the writer:
 // Pread as asked; IoUring or a SysError (io_uring_setup) when the kernel

@@ -12,15 +12,9 @@
 
 #include "io/aligned_buffer.hpp"
 #include "io/detail/io_backend.hpp"
-#include "io/latency_histogram.hpp"
+#include "io/io_choice.hpp"
 
 namespace pod_init {
-
-struct IoCounters {
-  uint64_t ios = 0;        // IOs issued to the kernel
-  uint64_t fixed_ios = 0;  // of them, through a registered buffer
-  LatencyHistogram io_latency;
-};
 
 // One IO: [offset, offset + length) of a file, to or from `io` (the caller's
 // memory, or a bounce slot). Of a read, the caller wants [want_lo, want_hi),

@@ -6,19 +6,12 @@
 #include <string_view>
 #include <vector>
 
+#include "nccl/nccl_plan.hpp"
 #include "topology/nvlink.hpp"
 #include "topology/topology.hpp"
 
 namespace pod_init {
 
-// The CPU attributes NCCL reads from a topology file to model the links
-// between sockets (arch, vendor, family and model decide the SMP bandwidth).
-struct CpuIdentity {
-  std::string arch;    // x86_64, arm64, ppc64 (NCCL's spelling); "" unknown
-  std::string vendor;  // GenuineIntel, AuthenticAMD, ...; x86 only
-  int family = -1;
-  int model = -1;
-};
 CpuIdentity parse_cpuinfo(std::string_view text);
 
 // "0-3,8" -> "0000010f": the kernel's cpumap format, 32-bit words from the
@@ -43,19 +36,6 @@ std::string nccl_topo_xml(const Topology& topo, const GpuDetailsMap& details,
 // The NIC names NCCL will know the topology's NICs by (IB device, else
 // interface), in the order the graph file's `net dev` numbers them.
 std::vector<std::string> nccl_net_names(const Topology& topo);
-
-struct GraphChannel {
-  int net = -1;           // entering and leaving NIC for multi-node rings; -1 single node
-  std::vector<int> gpus;  // GPU indices (NVML order) in ring order
-};
-
-struct RingGraph {
-  std::vector<GraphChannel> channels;
-  double speed_intra_gbs = 0;  // per channel
-  double speed_inter_gbs = 0;
-  std::string type_intra;  // NVL, PIX, PXB, PHB, SYS: the worst hop
-  std::string type_inter;  // the worst GPU-NIC path at ring ends; PIX single node
-};
 
 // <graphs><graph id="0" pattern="4" ...><channel>...: NCCL's ring graph.
 std::string nccl_graph_xml(const RingGraph& graph);

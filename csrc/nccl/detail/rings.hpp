@@ -4,32 +4,11 @@
 
 #include <vector>
 
+#include "nccl/nccl_plan.hpp"
 #include "topology/nvlink.hpp"
 #include "topology/topology.hpp"
 
 namespace pod_init {
-
-// One directed hop between two GPUs.
-struct RingHop {
-  double bandwidth_gbs = 0;  // what the hop can carry, GB/s
-  Level level = Level::Sys;  // PCIe level between the two; ignored when nvlinks > 0
-  int nvlinks = 0;           // > 0: the hop runs over NVLink and crosses no PCIe bridge
-};
-using HopMatrix = std::vector<std::vector<RingHop>>;
-
-struct RingCost {
-  double bottleneck_gbs = 0;
-  int sys = 0, node = 0, phb = 0;
-  // Lexicographic: a wider bottleneck first, then fewer SYS, NODE, PHB crossings.
-  bool better_than(const RingCost& other) const;
-  bool operator==(const RingCost& other) const;
-};
-
-struct RingPlan {
-  std::vector<int> order;  // GPU indices; the ring closes from the last back to the first
-  RingCost cost;
-  bool exact = false;  // false: the heuristic answered (more than kExactRingLimit GPUs)
-};
 
 inline constexpr int kExactRingLimit = 10;
 
@@ -48,14 +27,6 @@ double pcie_link_gbs(double speed_gts, int width);
 // links, as many links as both ends share; else over PCIe at what the slower
 // of the two GPU links carries.
 HopMatrix gpu_hops(const Topology& topo, const GpuDetailsMap& details);
-
-// A multi-node ring enters a node at its first GPU and leaves from its last:
-// the cut of the cycle that puts both next to one NIC (rail alignment).
-struct RailCut {
-  int nic = -1;
-  std::vector<int> order;    // the ring rotated so the cut hop closes it
-  Level worst = Level::Sys;  // the farther of the two ends from the NIC
-};
 
 // For each NIC (columns of `gpu_to_nic`, one row per GPU), the rotation of
 // `order` whose two ends are closest to that NIC: the farther end first, then

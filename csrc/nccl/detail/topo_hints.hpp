@@ -13,22 +13,10 @@
 #include <vector>
 
 #include "common/line_input.hpp"
+#include "nccl/nccl_plan.hpp"
 #include "topology/topology.hpp"
 
 namespace pod_init {
-
-struct HintSwitch {
-  std::string busid;  // made up, like vendors' files: ffff:ff:NN.0
-  std::vector<std::string> members;
-  int line = 0;
-};
-
-struct TopoHints {
-  std::vector<HintSwitch> switches;
-  std::map<std::string, int> numa;       // BDF -> NUMA node
-  std::map<std::string, int> numa_line;  // BDF -> the line that placed it
-  bool empty() const { return switches.empty() && numa.empty(); }
-};
 
 inline constexpr int kMaxHintSwitches = 32;
 
