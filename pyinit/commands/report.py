@@ -23,7 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from pyinit.jsonfile import write_text
-    from pyinit.run.report import build, render_html, text
+    from pyinit.run.report import build, text
+    from pyinit.run.report_html import render_html
 
     folders = [Path(f) for f in args.run_dirs]
     for folder in folders:
