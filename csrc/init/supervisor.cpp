@@ -123,125 +123,156 @@ int die_with_parent(int signal, pid_t parent) {
 
 int become_subreaper() { return prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 ? 0 : -errno; }
 
-int supervise(const SupervisorOptions& options) {
-  auto log = [&](const std::string& line) {
+namespace {
+
+// One supervised command: what supervise()'s loop reads and changes.
+struct Supervision {
+  const SupervisorOptions& options;
+  sigset_t set;          // the signals waited for
+  sigset_t parent_mask;  // the caller's mask, restored at the end
+  pid_t child = -1;
+  pid_t target = -1;     // the child, or its process group
+  uint64_t kill_at = 0;  // when a forwarded TERM/INT runs out of grace; 0: none pending
+  int status = 0;
+  bool ended = false;
+
+  void log(const std::string& line) const {
     if (options.log) options.log(line);
-  };
-  if (options.command.empty()) {
-    log("no command to run");
-    return 127;
   }
-  sigset_t set = supervised_signals(), parent_mask;
-  if (options.end_with_parent) sigaddset(&set, parent_died_signal());
-  if (sigprocmask(SIG_BLOCK, &set, &parent_mask) != 0) throw SysError(errno, "sigprocmask");
-  if (options.end_with_parent && prctl(PR_SET_PDEATHSIG, parent_died_signal(), 0, 0, 0) != 0) {
-    int err = errno;
-    sigprocmask(SIG_SETMASK, &parent_mask, nullptr);
-    throw SysError(err, "prctl(PR_SET_PDEATHSIG)");
-  }
-  auto fail = [&](const char* what) {
+  [[noreturn]] void fail(const char* what) const {
     int err = errno;
     sigprocmask(SIG_SETMASK, &parent_mask, nullptr);
     throw SysError(err, what);
-  };
+  }
+};
+
+// Forks and execs the command; every step the child reports failing (before
+// or at its exec) is one line.
+void start_child(Supervision* run) {
+  const SupervisorOptions& options = run->options;
   int report[2];
-  if (pipe2(report, O_CLOEXEC) != 0) fail("pipe");
+  if (pipe2(report, O_CLOEXEC) != 0) run->fail("pipe");
   const pid_t parent = getpid();
-  pid_t child = fork();
-  if (child < 0) {
+  run->child = fork();
+  if (run->child < 0) {
     int err = errno;
     close(report[0]);
     close(report[1]);
     errno = err;
-    fail("fork");
+    run->fail("fork");
   }
-  if (child == 0) exec_child(options, set, parent, report[1]);
+  if (run->child == 0) exec_child(options, run->set, parent, report[1]);
   // Also here, so no signal can reach the group before the child made it.
   // EACCES: the child has exec'd already, having made the group itself.
-  if (options.process_group && setpgid(child, child) != 0 && errno != EACCES) {
-    log(std::string("setpgid of the command: ") + errno_text(errno));
+  if (options.process_group && setpgid(run->child, run->child) != 0 && errno != EACCES) {
+    run->log(std::string("setpgid of the command: ") + errno_text(errno));
   }
-  const pid_t target = options.process_group ? -child : child;
+  run->target = options.process_group ? -run->child : run->child;
   close(report[1]);
   for (;;) {
     ChildReport told{};
     ssize_t got = read(report[0], &told, sizeof told);
     if (got < 0 && errno == EINTR) continue;
     if (got != static_cast<ssize_t>(sizeof told)) break;  // EOF: the command runs
+    const std::string& name = options.command[0];
     const std::string what =
-        told.step == kExec
-            ? "cannot run '" + options.command[0] + "'"
-            : std::string(kChildSteps[told.step]) + " before running '" + options.command[0] + "'";
-    log(what + ": " + errno_text(told.err));
+        told.step == kExec ? "cannot run '" + name + "'"
+                           : std::string(kChildSteps[told.step]) + " before running '" + name + "'";
+    run->log(what + ": " + errno_text(told.err));
   }
   close(report[0]);
+}
 
-  uint64_t kill_at = 0;  // when a forwarded TERM/INT runs out of grace; 0: none pending
-  int status = 0;
-  bool ended = false;
-  while (!ended) {
-    uint64_t now = monotonic_ms();
-    uint64_t wait_ms = options.tick_ms > 0 ? std::min(options.tick_ms, 1000u) : 1000;
-    if (kill_at != 0) wait_ms = kill_at > now ? std::min<uint64_t>(kill_at - now, wait_ms) : 0;
-    timespec timeout{static_cast<time_t>(wait_ms / 1000),
-                     static_cast<long>(wait_ms % 1000) * 1000000L};
-    siginfo_t info{};
-    int sig = sigtimedwait(&set, &info, &timeout);
-    if (sig < 0 && errno != EAGAIN && errno != EINTR) {
-      log(std::string("sigtimedwait: ") + errno_text(errno));  // the loop still reaps below
+// Passes a signal on to the command; TERM and INT start the grace period.
+void forward(Supervision* run, int sig) {
+  const SupervisorOptions& options = run->options;
+  // ESRCH: it ended and is reaped below; anything else is worth a line.
+  if (kill(run->target, sig) != 0 && errno != ESRCH) {
+    run->log(std::string("cannot forward ") + sigabbrev_np(sig) + ": " + errno_text(errno));
+  } else if (options.verbose) {
+    run->log(std::string("forwarded ") + sigabbrev_np(sig) +
+             (options.process_group ? " to the command's process group" : " to the command"));
+  }
+  if (options.on_signal) options.on_signal(sig);
+  if ((sig == SIGTERM || sig == SIGINT) && run->kill_at == 0) {
+    run->kill_at = monotonic_ms() + options.grace_ms;
+    run->log(std::string("forwarded ") + sigabbrev_np(sig) + " to the command; KILL in " +
+             std::to_string(options.grace_ms) + " ms if it has not ended");
+  }
+}
+
+// Reaps everything that ended: the command, and orphans that re-parented here.
+void reap(Supervision* run) {
+  for (;;) {
+    int reaped_status = 0;
+    pid_t pid = waitpid(-1, &reaped_status, WNOHANG);
+    if (pid < 0 && errno == EINTR) continue;
+    if (pid < 0 && errno == ECHILD && !run->ended) {
+      // Someone else in this process reaped the command: its status is lost.
+      run->log("the command was reaped elsewhere; its exit status is unknown");
+      run->status = 1 << 8;
+      run->ended = true;
     }
-    if (options.end_with_parent && sig == parent_died_signal()) {
-      log("the process that started pod-init died: KILLing the command and what it left");
-      kill(target, SIGKILL);
-      end_children(0);
-      sigprocmask(SIG_SETMASK, &parent_mask, nullptr);
-      return 128 + SIGKILL;
-    }
-    if (sig > 0 && sig != SIGCHLD) {
-      // ESRCH: it ended and is reaped below; anything else is worth a line.
-      if (kill(target, sig) != 0 && errno != ESRCH) {
-        log(std::string("cannot forward ") + sigabbrev_np(sig) + ": " + errno_text(errno));
-      } else if (options.verbose) {
-        log(std::string("forwarded ") + sigabbrev_np(sig) +
-            (options.process_group ? " to the command's process group" : " to the command"));
-      }
-      if (options.on_signal) options.on_signal(sig);
-      if ((sig == SIGTERM || sig == SIGINT) && kill_at == 0) {
-        kill_at = monotonic_ms() + options.grace_ms;
-        log(std::string("forwarded ") + sigabbrev_np(sig) + " to the command; KILL in " +
-            std::to_string(options.grace_ms) + " ms if it has not ended");
-      }
-    }
-    // Reap everything that ended: the command, and orphans that re-parented here.
-    for (;;) {
-      int reaped_status = 0;
-      pid_t pid = waitpid(-1, &reaped_status, WNOHANG);
-      if (pid < 0 && errno == EINTR) continue;
-      if (pid < 0 && errno == ECHILD && !ended) {
-        // Someone else in this process reaped the command: its status is lost.
-        log("the command was reaped elsewhere; its exit status is unknown");
-        status = 1 << 8;
-        ended = true;
-      }
-      if (pid <= 0) break;
-      if (pid == child) {
-        status = reaped_status;
-        ended = true;
-      } else if (options.verbose) {
-        log("reaped orphan " + std::to_string(pid));
-      }
-    }
-    if (!ended && options.on_tick) options.on_tick();
-    if (!ended && kill_at != 0 && monotonic_ms() >= kill_at) {
-      log("the command did not end within the grace period: sending KILL");
-      if (kill(target, SIGKILL) != 0 && errno != ESRCH) {
-        log(std::string("cannot KILL the command: ") + errno_text(errno));
-      }
-      kill_at = 0;
+    if (pid <= 0) return;
+    if (pid == run->child) {
+      run->status = reaped_status;
+      run->ended = true;
+    } else if (run->options.verbose) {
+      run->log("reaped orphan " + std::to_string(pid));
     }
   }
-  sigprocmask(SIG_SETMASK, &parent_mask, nullptr);
-  return exit_code(status);
+}
+
+// How long the next wait may last: to the next tick, or to the grace's end.
+timespec wait_time(const Supervision& run) {
+  uint64_t now = monotonic_ms();
+  uint64_t tick = run.options.tick_ms;
+  uint64_t wait_ms = tick > 0 ? std::min<uint64_t>(tick, 1000) : 1000;
+  if (run.kill_at != 0) wait_ms = run.kill_at > now ? std::min(run.kill_at - now, wait_ms) : 0;
+  return {static_cast<time_t>(wait_ms / 1000), static_cast<long>(wait_ms % 1000) * 1000000L};
+}
+
+}  // namespace
+
+int supervise(const SupervisorOptions& options) {
+  Supervision run{options, supervised_signals(), {}};
+  if (options.command.empty()) {
+    run.log("no command to run");
+    return 127;
+  }
+  if (options.end_with_parent) sigaddset(&run.set, parent_died_signal());
+  if (sigprocmask(SIG_BLOCK, &run.set, &run.parent_mask) != 0) throw SysError(errno, "sigprocmask");
+  if (options.end_with_parent && prctl(PR_SET_PDEATHSIG, parent_died_signal(), 0, 0, 0) != 0) {
+    run.fail("prctl(PR_SET_PDEATHSIG)");
+  }
+  start_child(&run);
+  while (!run.ended) {
+    timespec timeout = wait_time(run);
+    siginfo_t info{};
+    int sig = sigtimedwait(&run.set, &info, &timeout);
+    if (sig < 0 && errno != EAGAIN && errno != EINTR) {
+      run.log(std::string("sigtimedwait: ") + errno_text(errno));  // the loop still reaps below
+    }
+    if (options.end_with_parent && sig == parent_died_signal()) {
+      run.log("the process that started pod-init died: KILLing the command and what it left");
+      kill(run.target, SIGKILL);
+      end_children(0);
+      sigprocmask(SIG_SETMASK, &run.parent_mask, nullptr);
+      return 128 + SIGKILL;
+    }
+    if (sig > 0 && sig != SIGCHLD) forward(&run, sig);
+    reap(&run);
+    if (!run.ended && options.on_tick) options.on_tick();
+    if (!run.ended && run.kill_at != 0 && monotonic_ms() >= run.kill_at) {
+      run.log("the command did not end within the grace period: sending KILL");
+      if (kill(run.target, SIGKILL) != 0 && errno != ESRCH) {
+        run.log(std::string("cannot KILL the command: ") + errno_text(errno));
+      }
+      run.kill_at = 0;
+    }
+  }
+  sigprocmask(SIG_SETMASK, &run.parent_mask, nullptr);
+  return exit_code(run.status);
 }
 
 int end_all_processes(unsigned grace_ms, const InitLog& log) {

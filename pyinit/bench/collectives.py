@@ -110,6 +110,141 @@ class TunedSide:
     rounds: int
 
 
+class _Sweep:
+    """One process's side of a sweep: the buffers, calls and checks of each
+    cell, in an initialised process group."""
+
+    def __init__(self, collective: Collective, datatype: str, op: str, root: int,
+                 iterations: int, warmup: int) -> None:  # fmt: skip
+        import torch
+        import torch.distributed as dist
+
+        self.torch, self.dist = torch, dist
+        self.collective, self.datatype, self.op, self.root = collective, datatype, op, root
+        self.iterations, self.warmup = iterations, warmup
+        self.ranks, self.rank = dist.get_world_size(), dist.get_rank()
+        self.cuda = torch.cuda.is_available()
+        self.device = (torch.device("cuda", torch.cuda.current_device()) if self.cuda
+                       else torch.device("cpu"))  # fmt: skip
+        self.dtype = getattr(torch, TORCH_DTYPES.get(datatype, datatype))
+        self.word = DATATYPES[datatype]
+        self.reduce_op = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT,
+                          "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
+                          "avg": dist.ReduceOp.AVG}[op]  # fmt: skip
+        values = list(range(1, self.ranks + 1))
+        reduced = {"sum": sum(values), "prod": math.prod(values), "max": self.ranks, "min": 1,
+                   "avg": sum(values) / self.ranks}[op]  # fmt: skip
+        # NCCL's integer average truncates.
+        integer = datatype not in ("half", "float", "double", "bfloat16")
+        self.reduced = int(reduced) if integer else reduced
+
+    def full(self, count: int, value: float) -> Any:
+        return self.torch.full((count,), value, dtype=self.dtype, device=self.device)
+
+    def blocks(self, per_block: int) -> Any:
+        """Block i holds i + 1: what an all-gather or all-to-all must deliver."""
+        ranks = self.torch.arange(1, self.ranks + 1, device=self.device)
+        return ranks.repeat_interleave(per_block).to(self.dtype)
+
+    def setup(self, in_place: bool, send_n: int, recv_n: int, block: int, group: Any = None):
+        """(the call, the buffer to check, the expected values) for one mode."""
+        dist, full, name, root = self.dist, self.full, self.collective.name, self.root
+        mine = float(self.rank + 1)
+        if name == "all_reduce":
+            work = full(send_n, mine)
+            call = lambda: dist.all_reduce(work, op=self.reduce_op, group=group)  # noqa: E731
+            return call, work, full(send_n, self.reduced)
+        if name == "broadcast":
+            work = full(send_n, float(root + 1) if self.rank == root else 0.0)
+            call = lambda: dist.broadcast(work, src=root, group=group)  # noqa: E731
+            return call, work, full(send_n, float(root + 1))
+        mine_block = slice(self.rank * block, (self.rank + 1) * block)
+        if name == "all_gather":
+            out = full(recv_n, mine if in_place else 0.0)
+            send = out[mine_block] if in_place else full(send_n, mine)
+            call = lambda: dist.all_gather_into_tensor(out, send, group=group)  # noqa: E731
+            return call, out, self.blocks(block)
+        if name == "reduce_scatter":
+            send = full(send_n, mine)
+            out = send[mine_block] if in_place else full(recv_n, 0.0)
+            call = lambda: dist.reduce_scatter_tensor(out, send, op=self.reduce_op,  # noqa: E731
+                                                      group=group)  # fmt: skip
+            return call, out, full(recv_n, self.reduced)
+        send, out = full(send_n, mine), full(recv_n, 0.0)
+        return lambda: dist.all_to_all_single(out, send, group=group), out, self.blocks(block)
+
+    def timed(self, call: Callable[[], None]) -> float:
+        """Mean seconds per call, back to back like nccl-tests, averaged over the ranks."""
+        for _ in range(self.warmup):
+            call()
+        if self.cuda:
+            seconds = cuda_seconds(call, self.iterations)
+        else:
+            began = time.perf_counter()
+            for _ in range(self.iterations):
+                call()
+            seconds = (time.perf_counter() - began) / self.iterations
+        mean = self.torch.tensor([seconds], dtype=self.torch.float64, device=self.device)
+        self.dist.all_reduce(mean)
+        return float(mean.item()) / self.ranks
+
+    def cell(self, count: int, seconds: float, wrong: int) -> dict[str, Any]:
+        moved = self.collective.algbw_bytes(count, self.word, self.ranks)
+        algbw = moved / seconds / 1e9 if seconds else 0.0
+        busbw = algbw * self.collective.bus_factor(self.ranks)
+        return {"time": seconds * 1e6, "alg_bw": algbw, "bus_bw": busbw, "nwrong": wrong}
+
+    def checked(self, counts: tuple[int, int, int], in_place: bool, group: Any = None):
+        """The call, and the elements it got wrong once on fresh data (the
+        timed calls after it reuse the buffers; their values no longer matter)."""
+        call, result, expected = self.setup(in_place, *counts, group)
+        call()
+        return call, int((result != expected).sum().item())
+
+    def compared(self, counts: tuple[int, int, int], in_place: bool,
+                 side: TunedSide) -> dict[str, Any]:  # fmt: skip
+        """NCCL's default and the table in turns, round after round, so a
+        noisy minute falls on both sides alike."""
+        side.use_table(False)
+        default_call, default_wrong = self.checked(counts, in_place)
+        side.use_table(True)
+        tuned_call, tuned_wrong = self.checked(counts, in_place, side.group)
+        default_times, tuned_times = [], []
+        for _ in range(side.rounds):
+            side.use_table(False)
+            default_times.append(self.timed(default_call))
+            side.use_table(True)
+            tuned_times.append(self.timed(tuned_call))
+        result = self.cell(counts[2], statistics.median(default_times), default_wrong)
+        result["tuned"] = self.cell(counts[2], statistics.median(tuned_times), tuned_wrong)
+        # Times, not bandwidths: one rank moves no bus bytes, yet takes time.
+        tuned_time = result["tuned"]["time"]
+        result["gain"] = result["time"] / tuned_time if tuned_time else 0.0
+        return result
+
+    def row(self, size: int, tuned: TunedSide | None) -> dict[str, Any]:
+        """nccl-tests' row for one size: each mode the collective has, timed and checked."""
+        collective = self.collective
+        counts = collective.counts(size, self.word, self.ranks)
+        send_n, recv_n, count = counts
+        row: dict[str, Any] = {
+            "size": max(send_n, recv_n) * self.word, "count": count, "type": self.datatype,
+            "redop": self.op if collective.reduces else "none",
+            "root": self.root if collective.rooted else -1,
+        }  # fmt: skip
+        for mode, supported in (("out_of_place", collective.out_of_place),
+                                ("in_place", collective.in_place)):  # fmt: skip
+            if not supported:
+                row[mode] = None
+            elif tuned is None:
+                call, wrong = self.checked(counts, mode == "in_place")
+                row[mode] = self.cell(count, self.timed(call), wrong)
+                del call
+            else:
+                row[mode] = self.compared(counts, mode == "in_place", tuned)
+        return row
+
+
 def measure(
     collective: Collective,
     sizes: list[int],
@@ -124,122 +259,12 @@ def measure(
     """Inside an initialised process group: one nccl-tests row per size.
     ``tuned``: each cell is NCCL's default (the world group, table off) and,
     under ``tuned``, the table's choices, timed in turns."""
-    import torch
-    import torch.distributed as dist
-
-    ranks, rank = dist.get_world_size(), dist.get_rank()
-    cuda = torch.cuda.is_available()
-    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
-    dtype = getattr(torch, TORCH_DTYPES.get(datatype, datatype))
-    word = DATATYPES[datatype]
-    reduce_op = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "max": dist.ReduceOp.MAX,
-                 "min": dist.ReduceOp.MIN, "avg": dist.ReduceOp.AVG}[op]  # fmt: skip
-    values = list(range(1, ranks + 1))
-    reduced = {"sum": sum(values), "prod": math.prod(values), "max": ranks, "min": 1,
-               "avg": sum(values) / ranks}[op]  # fmt: skip
-    if datatype not in ("half", "float", "double", "bfloat16"):
-        reduced = int(reduced)  # NCCL's integer average truncates
-
-    def full(count: int, value: float) -> Any:
-        return torch.full((count,), value, dtype=dtype, device=device)
-
-    def blocks(count: int, per_block: int) -> Any:
-        """Block i holds i + 1: what an all-gather or all-to-all must deliver."""
-        return torch.arange(1, ranks + 1, device=device).repeat_interleave(per_block).to(dtype)
-
-    def setup(in_place: bool, send_n: int, recv_n: int, block: int, group: Any = None):
-        """(the call, the buffer to check, the expected values) for one mode."""
-        mine = float(rank + 1)
-        if collective.name == "all_reduce":
-            work = full(send_n, mine)
-            call = lambda: dist.all_reduce(work, op=reduce_op, group=group)  # noqa: E731
-            return call, work, full(send_n, reduced)
-        if collective.name == "broadcast":
-            work = full(send_n, float(root + 1) if rank == root else 0.0)
-            call = lambda: dist.broadcast(work, src=root, group=group)  # noqa: E731
-            return call, work, full(send_n, float(root + 1))
-        if collective.name == "all_gather":
-            out = full(recv_n, mine if in_place else 0.0)
-            send = out[rank * block : (rank + 1) * block] if in_place else full(send_n, mine)
-            call = lambda: dist.all_gather_into_tensor(out, send, group=group)  # noqa: E731
-            return call, out, blocks(recv_n, block)
-        if collective.name == "reduce_scatter":
-            send = full(send_n, mine)
-            out = send[rank * block : (rank + 1) * block] if in_place else full(recv_n, 0.0)
-            call = lambda: dist.reduce_scatter_tensor(out, send, op=reduce_op, group=group)  # noqa: E731
-            return call, out, full(recv_n, reduced)
-        send, out = full(send_n, mine), full(recv_n, 0.0)
-        return lambda: dist.all_to_all_single(out, send, group=group), out, blocks(recv_n, block)
-
-    def timed(call: Callable[[], None]) -> float:
-        """Mean seconds per call, back to back like nccl-tests, averaged over the ranks."""
-        for _ in range(warmup):
-            call()
-        if cuda:
-            seconds = cuda_seconds(call, iterations)
-        else:
-            began = time.perf_counter()
-            for _ in range(iterations):
-                call()
-            seconds = (time.perf_counter() - began) / iterations
-        mean = torch.tensor([seconds], dtype=torch.float64, device=device)
-        dist.all_reduce(mean)
-        return float(mean.item()) / ranks
-
-    def cell(count: int, seconds: float, wrong: int) -> dict[str, Any]:
-        algbw = collective.algbw_bytes(count, word, ranks) / seconds / 1e9 if seconds else 0.0
-        busbw = algbw * collective.bus_factor(ranks)
-        return {"time": seconds * 1e6, "alg_bw": algbw, "bus_bw": busbw, "nwrong": wrong}
-
-    def checked(counts: tuple[int, int, int], in_place: bool, group: Any = None):
-        """The call, and the elements it got wrong once on fresh data (the
-        timed calls after it reuse the buffers; their values no longer matter)."""
-        call, result, expected = setup(in_place, *counts, group)
-        call()
-        return call, int((result != expected).sum().item())
-
-    def compared(counts: tuple[int, int, int], in_place: bool, side: TunedSide) -> dict[str, Any]:
-        """NCCL's default and the table in turns, round after round, so a
-        noisy minute falls on both sides alike."""
-        side.use_table(False)
-        default_call, default_wrong = checked(counts, in_place)
-        side.use_table(True)
-        tuned_call, tuned_wrong = checked(counts, in_place, side.group)
-        default_times, tuned_times = [], []
-        for _ in range(side.rounds):
-            side.use_table(False)
-            default_times.append(timed(default_call))
-            side.use_table(True)
-            tuned_times.append(timed(tuned_call))
-        result = cell(counts[2], statistics.median(default_times), default_wrong)
-        result["tuned"] = cell(counts[2], statistics.median(tuned_times), tuned_wrong)
-        # Times, not bandwidths: one rank moves no bus bytes, yet takes time.
-        tuned_time = result["tuned"]["time"]
-        result["gain"] = result["time"] / tuned_time if tuned_time else 0.0
-        return result
-
+    sweep = _Sweep(collective, datatype, op, root, iterations, warmup)
     rows = []
     for size in sizes:
-        counts = collective.counts(size, word, ranks)
-        send_n, recv_n, count = counts
-        row: dict[str, Any] = {
-            "size": max(send_n, recv_n) * word, "count": count, "type": datatype,
-            "redop": op if collective.reduces else "none",
-            "root": root if collective.rooted else -1,
-        }  # fmt: skip
-        for mode, supported in (("out_of_place", collective.out_of_place),
-                                ("in_place", collective.in_place)):  # fmt: skip
-            if not supported:
-                row[mode] = None
-            elif tuned is None:
-                call, wrong = checked(counts, mode == "in_place")
-                row[mode] = cell(count, timed(call), wrong)
-                del call
-            else:
-                row[mode] = compared(counts, mode == "in_place", tuned)
-        rows.append(row)
+        rows.append(sweep.row(size, tuned))
         if progress is not None:
-            progress(row)
+            progress(rows[-1])
     return rows
 
 

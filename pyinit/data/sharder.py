@@ -278,26 +278,7 @@ def shard(
 ) -> ShardSummary:
     """Shards `inputs` into `out_dir`. InputError for bad input or arguments
     (nothing is written), OSError when a file cannot be read or written."""
-    if shard_count < 1:
-        raise InputError(f"--shards must be at least 1, not {shard_count}")
-    if fmt not in FORMATS:
-        raise InputError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
-    if not inputs:
-        raise InputError("no input files")
-    total_bytes = 0
-    for path in inputs:
-        if os.path.isdir(path):
-            raise IsADirectoryError(errno.EISDIR, "an input must be a file", path)
-        total_bytes += os.path.getsize(path)  # OSError naming the input when it is not there
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"{out}: exists and is not a directory")
-    earlier = _existing_shards(out) if out.is_dir() else []
-    if earlier and not force:
-        raise InputError(
-            f"{out}: already holds {len(earlier)} shard files (e.g. {earlier[0].name}); "
-            "pass --force to replace them"
-        )
+    out, total_bytes, earlier = _checked_arguments(inputs, out_dir, shard_count, fmt, force)
     tok = load_tokenizer(tokenizer)
     token_bytes = token_bytes_for(tok.vocab_size)
     _open_files_for(shard_count)
@@ -308,43 +289,10 @@ def shard(
         leftover.unlink(missing_ok=True)
         summary.removed_temporaries += 1
     run_id = int.from_bytes(os.urandom(8), "little")
-    writers: list[ShardWriter] = []
     start = time.monotonic()
-    try:
-        for i in range(shard_count):
-            final = out / shard_name(i, shard_count)
-            writers.append(
-                ShardWriter(final, token_bytes, tok.vocab_size, tok.eot, i, shard_count, run_id)
-            )
-        _fill(
-            inputs,
-            fmt,
-            text_field,
-            skip_invalid,
-            tok,
-            writers,
-            summary,
-            _Progress(progress, total_bytes),
-        )
-        if summary.records == 0:
-            raise InputError(
-                f"no records in {', '.join(inputs)}"
-                + (f" ({summary.skipped} invalid lines skipped)" if summary.skipped else "")
-            )
-        if summary.records < shard_count:
-            raise InputError(
-                f"{shard_count} shards for {summary.records} records: "
-                "ask for at most as many shards as there are records"
-            )
-        for writer in writers:
-            writer.finish()
-    except BaseException:
-        for writer in writers:
-            writer.discard()
-        if created:
-            with contextlib.suppress(OSError):  # a folder this run made holds nothing now
-                out.rmdir()
-        raise
+    writers = _write_shards(inputs, out, created, tok, token_bytes, run_id, summary,
+                            _Progress(progress, total_bytes), text_field, fmt,
+                            skip_invalid)  # fmt: skip
     # One publish step that readers can tell from a whole set: the old manifest goes
     # first (the folder no longer holds a whole set), the shards take their names,
     # and the new manifest, naming this run, comes last.
@@ -365,6 +313,70 @@ def shard(
     _write_manifest(out, inputs, text_field, fmt, token_bytes, run_id, summary)
     summary.replaced = [p.name for p in earlier if p.name != MANIFEST]
     return summary
+
+
+def _checked_arguments(
+    inputs: Sequence[str], out_dir: str, shard_count: int, fmt: str, force: bool
+) -> tuple[Path, int, list[Path]]:
+    """Every check before anything is written: the output folder, the input
+    files' total size, and the shard files already there."""
+    if shard_count < 1:
+        raise InputError(f"--shards must be at least 1, not {shard_count}")
+    if fmt not in FORMATS:
+        raise InputError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    if not inputs:
+        raise InputError("no input files")
+    total_bytes = 0
+    for path in inputs:
+        if os.path.isdir(path):
+            raise IsADirectoryError(errno.EISDIR, "an input must be a file", path)
+        total_bytes += os.path.getsize(path)  # OSError naming the input when it is not there
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{out}: exists and is not a directory")
+    earlier = _existing_shards(out) if out.is_dir() else []
+    if earlier and not force:
+        raise InputError(
+            f"{out}: already holds {len(earlier)} shard files (e.g. {earlier[0].name}); "
+            "pass --force to replace them"
+        )
+    return out, total_bytes, earlier
+
+
+def _write_shards(inputs: Sequence[str], out: Path, created: bool, tok: Tokenizer, token_bytes: int,
+                  run_id: int, summary: ShardSummary, progress: _Progress, text_field: str,
+                  fmt: str, skip_invalid: bool) -> list[ShardWriter]:  # fmt: skip
+    """Every record into the shards' hidden files, finished (synced) but not
+    yet named; on any failure, nothing is left and a folder this run made is gone."""
+    shard_count = summary.shard_count
+    writers: list[ShardWriter] = []
+    try:
+        for i in range(shard_count):
+            final = out / shard_name(i, shard_count)
+            writers.append(
+                ShardWriter(final, token_bytes, tok.vocab_size, tok.eot, i, shard_count, run_id)
+            )
+        _fill(inputs, fmt, text_field, skip_invalid, tok, writers, summary, progress)
+        if summary.records == 0:
+            raise InputError(
+                f"no records in {', '.join(inputs)}"
+                + (f" ({summary.skipped} invalid lines skipped)" if summary.skipped else "")
+            )
+        if summary.records < shard_count:
+            raise InputError(
+                f"{shard_count} shards for {summary.records} records: "
+                "ask for at most as many shards as there are records"
+            )
+        for writer in writers:
+            writer.finish()
+    except BaseException:
+        for writer in writers:
+            writer.discard()
+        if created:
+            with contextlib.suppress(OSError):  # a folder this run made holds nothing now
+                out.rmdir()
+        raise
+    return writers
 
 
 def _open_files_for(shard_count: int) -> None:
