@@ -160,7 +160,8 @@ def test_nccl_loads_the_tuner_plugin_and_refuses_a_stale_table(tmp_path: Path, s
 
 
 def test_pyinit_run_uses_the_cached_tuning(tmp_path: Path, pyinit_bin: Path):
-    from pyinit.nccl.tuning import installed_nccl_version, store
+    from pyinit.nccl.tuning import installed_nccl_version
+    from pyinit.nccl.tuning_cache import store
 
     version = _torch_nccl_version()
     if installed_nccl_version() is None:

@@ -26,17 +26,15 @@ from pyinit.nccl.tuning import (
     Candidate,
     NodeKind,
     Timings,
-    cached,
     choose,
-    find,
     node_kind,
     plot_tuning,
     plugin_path,
     plugin_run_env,
     read_table,
-    store,
     write_table,
 )
+from pyinit.nccl.tuning_cache import cached, find, store
 from pyinit.nvml import FakeNvml, read_nvml
 from pyinit.topology import scan
 

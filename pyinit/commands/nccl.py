@@ -79,7 +79,7 @@ def _tune(args: argparse.Namespace) -> tuple[Topology, Tuning, NvmlView] | None:
     from pyinit.extras import require
     from pyinit.nccl import tune
     from pyinit.nccl.measure import MeasurementFailed
-    from pyinit.nccl.tuning import cache_dir
+    from pyinit.nccl.tuning_cache import cache_dir
     from pyinit.nvml import NvmlUnavailable, backend_for, read_nvml
     from pyinit.topology import scan
 

@@ -142,7 +142,8 @@ def tune(
     ``pyinit.nccl.measure.MeasurementFailed`` when the ranks fail or NCCL
     returns wrong results (the node is unhealthy)."""
     from pyinit.nccl import measure
-    from pyinit.nccl.tuning import cached, choose, installed_nccl_version, node_kind, store
+    from pyinit.nccl.tuning import choose, installed_nccl_version, node_kind
+    from pyinit.nccl.tuning_cache import cached, store
 
     gpus = len(nvml.gpus)
     if gpus < 2:

@@ -339,7 +339,7 @@ def _how(record: dict[str, Any]) -> str:
 def _nccl_tuning(node: Any, env: Mapping[str, str], log: EventLog, out: IO[str]) -> tuple[Any, str]:
     """The cached NCCL tuning for this node and its file, or (None, "") after
     one line saying why NCCL chooses alone."""
-    from pyinit.nccl.tuning import cache_dir, for_run
+    from pyinit.nccl.tuning_cache import cache_dir, for_run
 
     if node.nvml is None:
         return None, ""  # no driver view: no key to look the node up by
