@@ -140,7 +140,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--init", default=shutil.which("pod-init"), help="the static pod-init")
-    parser.add_argument("--out", help="folder for boot_time.json (and timeline.png with --train)")
+    parser.add_argument("--out", default=".", metavar="DIR",
+                        help="folder for boot_time.json (and boot_timeline.json, "
+                        "timeline.png with --train)")  # fmt: skip
     parser.add_argument("--console", action="store_true", help="print the first boot's console")
     parser.add_argument("--train", action="store_true",
                         help="boot the training root; time the path to the steps")  # fmt: skip
@@ -153,15 +155,14 @@ def main() -> int:
     if args.train:
         with tempfile.TemporaryDirectory(dir="/var/tmp") as scratch:
             result = train(args, kernel, Path(scratch))
-        if args.out:
-            out = Path(args.out)
-            out.mkdir(parents=True, exist_ok=True)
-            first = result.pop("first")
-            document = {"date": time.strftime("%Y-%m-%d"), "kernel": release,
-                        "qemu": qemu_version(), **result}  # fmt: skip
-            write_json(out / "boot_timeline.json", document)
-            if plot_timeline(first, out / "boot_timeline.png"):
-                print(f"wrote {out / 'boot_timeline.json'} and boot_timeline.png")
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        first = result.pop("first")
+        document = {"date": time.strftime("%Y-%m-%d"), "kernel": release,
+                    "qemu": qemu_version(), **result}  # fmt: skip
+        write_json(out / "boot_timeline.json", document)
+        if plot_timeline(first, out / "boot_timeline.png"):
+            print(f"wrote {out / 'boot_timeline.json'} and boot_timeline.png")
         return 0
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
@@ -193,22 +194,21 @@ def main() -> int:
     print(f"{'image with the nvme modules':38} {with_modules / 1024:9.0f} KiB")
     print(f"{'kernel start to /init':38} {median['kernel_to_init_s']:9.2f} s")
     print(f"{'QEMU wall time per boot':38} {median['wall_s']:9.1f} s")
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        document = {
-            "date": time.strftime("%Y-%m-%d"),
-            "kernel": release,
-            "qemu": qemu_version(),
-            "image_bytes": {"without_modules": bare, "with_nvme_modules": with_modules},
-            "runs": runs,
-            "median": median,
-            "targets": {
-                "init_to_exec_ms": TARGET_INIT_TO_EXEC_MS,
-                "image_bytes": TARGET_IMAGE_BYTES,
-            },
-        }
-        write_json(out / "boot_time.json", document)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    document = {
+        "date": time.strftime("%Y-%m-%d"),
+        "kernel": release,
+        "qemu": qemu_version(),
+        "image_bytes": {"without_modules": bare, "with_nvme_modules": with_modules},
+        "runs": runs,
+        "median": median,
+        "targets": {
+            "init_to_exec_ms": TARGET_INIT_TO_EXEC_MS,
+            "image_bytes": TARGET_IMAGE_BYTES,
+        },
+    }
+    write_json(out / "boot_time.json", document)
     return 0
 
 

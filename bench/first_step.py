@@ -11,7 +11,7 @@ the run's event log (pyinit.run.wrapper; plain torchrun runs it with
 PYINIT_RUN_DIR set, which adds the marks and nothing else), when after the
 launch the last rank finished: its start, import torch, CUDA's start, the
 process group, the first step. Target (issue "Power-on to first gradient"):
-`pyinit run` at most 0.7x plain torchrun on the lent 2xH200.
+`pyinit run` at most 0.7x plain torchrun on a 2xH200 node.
 """
 
 from __future__ import annotations
@@ -96,7 +96,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--machine", default=os.uname().nodename)
-    parser.add_argument("--out", help="folder for first_step.json and first_step.png")
+    parser.add_argument("--out", default=".", metavar="DIR",
+                        help="folder for first_step.json and first_step.png")  # fmt: skip
     args = parser.parse_args()
     import torch
 
@@ -135,14 +136,13 @@ def main() -> int:
     ratio = median["pyinit run"]["first step line"] / median["torchrun"]["first step line"]
     print(f"pyinit run / torchrun, launch to first step line: {ratio:.3f} "
           f"(target at most {TARGET_RATIO})")  # fmt: skip
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        document = {"date": time.strftime("%Y-%m-%d"), "machine": args.machine, "gpus": gpus,
-                    "workers": nproc, "rounds": args.rounds, "steps": args.steps, "runs": runs,
-                    "median": median, "ratio": ratio, "target": TARGET_RATIO}  # fmt: skip
-        write_json(out / "first_step.json", document)
-        plot(document, out / "first_step.png")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    document = {"date": time.strftime("%Y-%m-%d"), "machine": args.machine, "gpus": gpus,
+                "workers": nproc, "rounds": args.rounds, "steps": args.steps, "runs": runs,
+                "median": median, "ratio": ratio, "target": TARGET_RATIO}  # fmt: skip
+    write_json(out / "first_step.json", document)
+    plot(document, out / "first_step.png")
     return 0
 
 

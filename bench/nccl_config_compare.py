@@ -10,8 +10,8 @@ Each run is `torchrun -m pyinit.bench.collectives all_reduce` with NCCL_DEBUG=IN
 shows whether NCCL loaded the topology file and the graph. Prints a table,
 writes JSON (and a PNG when matplotlib is there) into --out-dir.
 
-    python bench/nccl_config_compare.py --out-dir bench/results/h200x2-2026-11-30
-    python bench/nccl_config_compare.py --rebuild bench/results/.../nccl_config_compare.json
+    python bench/nccl_config_compare.py --out DIR
+    python bench/nccl_config_compare.py --rebuild DIR/nccl_config_compare.json
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 from pyinit.jsonfile import write_json
 from pyinit.plotting import human_bytes, pyplot, save_figure
 
-# Kept in every run on the lent machines (NVLink multicast is off there).
+# Kept in every run on the GPU machines measured (NVLink multicast is off there).
 MULTICAST_OFF = {
     "NCCL_NVLS_ENABLE": "0",
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
@@ -160,7 +160,8 @@ def main() -> int:
     parser.add_argument("--gpus", type=int, default=0, help="default: every GPU")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sizes", default="64M,256M,1G,2G,4G")
-    parser.add_argument("--out-dir", default="bench/results")
+    parser.add_argument("--out", default=".", metavar="DIR",
+                        help="folder for nccl_config_compare.json and its runs")  # fmt: skip
     parser.add_argument("--machine", default=platform.node())
     parser.add_argument(
         "--rebuild", metavar="JSON", help="recompute table, JSON and plot from a saved run folder"
@@ -176,7 +177,7 @@ def main() -> int:
     if gpus < 2:
         print("needs at least 2 GPUs", file=sys.stderr)
         return 2
-    out_dir = Path(args.out_dir).resolve()
+    out_dir = Path(args.out).resolve()
     work = out_dir / "runs"
     work.mkdir(parents=True, exist_ok=True)
     summaries = {

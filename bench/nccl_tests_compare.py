@@ -62,7 +62,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--gpus", type=int, default=2)
     parser.add_argument("--only", action="append", help="collectives (default: all five)")
-    parser.add_argument("--out", help="folder for nccl_tests_compare.json and .png")
+    parser.add_argument("--out", default=".", metavar="DIR",
+                        help="folder for nccl_tests_compare.json and .png")  # fmt: skip
     parser.add_argument("flags", nargs="*", default=["-b", "8", "-e", "1G", "-f", "4"])
     args = parser.parse_args()
     results: dict[str, dict] = {}
@@ -80,12 +81,11 @@ def main() -> int:
                     tables[name].append(run(line))
             results[command] = compare(collective.name, tables)
             report(command, results[command])
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        write_json(out / "nccl_tests_compare.json", {"date": time.strftime("%Y-%m-%d"),
-                   "gpus": args.gpus, "flags": args.flags, "results": results})  # fmt: skip
-        plot(results, out / "nccl_tests_compare.png")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "nccl_tests_compare.json", {"date": time.strftime("%Y-%m-%d"),
+               "gpus": args.gpus, "flags": args.flags, "results": results})  # fmt: skip
+    plot(results, out / "nccl_tests_compare.png")
     mismatched = [c for c, r in results.items() if not r["sizes_match"]]
     return 1 if mismatched else 0
 

@@ -34,7 +34,13 @@ def nvml_bdf(bus_id: bytes | str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pod-init", default=shutil.which("pod-init") or "pod-init")
-    parser.add_argument("--out", type=Path, default=REPO / "bench/results")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("."),
+        metavar="DIR",
+        help="folder for nvml_topo_compare.json",
+    )
     args = parser.parse_args(argv)
     try:
         import pynvml
@@ -96,9 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         "nvidia_smi_topo_m": smi_text,
         "pod_init_findings": topo["findings"],
     }
-    path = write_json(
-        args.out / f"nvml_topo_compare-{platform.node() or 'unknown'}.json", result, indent=2
-    )
+    path = write_json(args.out / "nvml_topo_compare.json", result, indent=2)
     print(f"saved {path}")
     return 0 if all(p["agree"] for p in pairs) else 1
 

@@ -3,7 +3,7 @@ included: `pod-init nccl` and `pyinit nccl --node K` with a hostfile of 64 and
 of 512 nodes and the 8-GPU fixture's topology, interleaved, median of the
 rounds, beside each target (64 nodes: under 50 ms, 512: under 200 ms).
 
-    python bench/plan_scale.py --out bench/results/plan_scale.json
+    python bench/plan_scale.py --out DIR
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ TARGETS_MS = {64: 50.0, 512: 200.0}
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--out", help="write JSON here")
+    parser.add_argument("--out", default=".", metavar="DIR", help="folder for plan_scale.json")
     args = parser.parse_args()
     bin_dir = Path(sys.executable).parent
     tools = {"pod-init": [str(bin_dir / "pod-init")], "pyinit": [str(bin_dir / "pyinit")]}
@@ -65,9 +65,9 @@ def main() -> int:
         met = "met" if row["median_ms"] < row["target_ms"] else "missed"
         print(f"{row['nodes']:5} {row['tool']:9} {row['median_ms']:10.1f} {row['min_ms']:8.1f} "
               f"{'< ' + format(row['target_ms'], 'g'):>8} {met}")  # fmt: skip
-    if args.out:
-        write_json(args.out, {"date": time.strftime("%Y-%m-%d"), "machine": os.uname().nodename,
-                              "fixture": "8gpu", "rounds": args.rounds, "rows": rows})  # fmt: skip
+    write_json(Path(args.out) / "plan_scale.json",
+               {"date": time.strftime("%Y-%m-%d"), "machine": os.uname().nodename,
+                "fixture": "8gpu", "rounds": args.rounds, "rows": rows})  # fmt: skip
     return 0
 
 

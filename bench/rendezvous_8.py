@@ -8,7 +8,7 @@ interleaved round by round. The script joins a gloo process group, passes a barr
 when (CLOCK_BOOTTIME); the figure is the last rank's time minus the launch.
 Root only.
 
-    python bench/rendezvous_8.py --rounds 3 --out bench/results/rendezvous_8.json
+    python bench/rendezvous_8.py --rounds 3 --out DIR
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def launch(tool: str, names: list[str], folder: Path, port: int) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", help="write JSON here")
+    parser.add_argument("--out", default=".", metavar="DIR", help="folder for rendezvous_8.json")
     parser.add_argument("--torchrun-first", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     tools = ["torchrun", "pyinit run"] if args.torchrun_first else ["pyinit run", "torchrun"]
@@ -100,9 +100,9 @@ def main() -> int:
     for tool in tools:
         print(f"{tool:12} {medians[tool]:9.2f} {min(times[tool]):7.2f}")
     print(f"pyinit run / torchrun: {medians['pyinit run'] / medians['torchrun']:.2f}")
-    if args.out:
-        write_json(args.out, {"date": time.strftime("%Y-%m-%d"), "nodes": COUNT,
-                              "rounds": args.rounds, "seconds": times})  # fmt: skip
+    write_json(Path(args.out) / "rendezvous_8.json",
+               {"date": time.strftime("%Y-%m-%d"), "nodes": COUNT,
+                "rounds": args.rounds, "seconds": times})  # fmt: skip
     return 0
 
 

@@ -7,7 +7,7 @@ its peak resident memory. Then times, in this process, what every step pays
 for the records: one `phase("data")` and one `StepLog.step()`, against the
 example's median step time in the recorded run (tests/data/run-report).
 
-    python bench/report_scale.py --out bench/results/report_scale.json
+    python bench/report_scale.py --out DIR
     python bench/report_scale.py --hours 1 --ranks 2      # smaller, quicker
 """
 
@@ -117,7 +117,7 @@ def main() -> int:
     parser.add_argument("--hours", type=float, default=24.0)
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", help="write JSON here")
+    parser.add_argument("--out", default=".", metavar="DIR", help="folder for report_scale.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
         folder = Path(tmp) / "run"
@@ -143,14 +143,13 @@ def main() -> int:
         print(f"{name:30} {value:>22} {target:>10}")
     print(f"effective training time of the generated run: "
           f"{summary['effective_training_time']:.1%}")  # fmt: skip
-    if args.out:
-        write_json(args.out, {
-            "date": time.strftime("%Y-%m-%d"), "machine": os.uname().nodename,
-            "hours": args.hours, "ranks": args.ranks, "log_bytes": written,
-            "report_seconds": seconds, "report_peak_rss_mib": peak,
-            "record_seconds_per_step": per_step, "example_step_s": step_s,
-            "targets": {"seconds": TARGET_S, "rss_mib": TARGET_MIB, "step_share": TARGET_SHARE},
-        })  # fmt: skip
+    write_json(Path(args.out) / "report_scale.json", {
+        "date": time.strftime("%Y-%m-%d"), "machine": os.uname().nodename,
+        "hours": args.hours, "ranks": args.ranks, "log_bytes": written,
+        "report_seconds": seconds, "report_peak_rss_mib": peak,
+        "record_seconds_per_step": per_step, "example_step_s": step_s,
+        "targets": {"seconds": TARGET_S, "rss_mib": TARGET_MIB, "step_share": TARGET_SHARE},
+    })  # fmt: skip
     return 0
 
 

@@ -5,7 +5,7 @@ and, with GPUs, the NCCL files included), and how long `import pyinit` takes.
 
 The spawn time is the wall clock between starting the `pyinit run` process
 and the `spawn` event in its log, so interpreter start-up counts. NVML is
-present where a driver is (the lent GPU machines), absent here.
+present where a driver is (GPU machines), absent here.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def nvml_present() -> bool:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--out", help="folder for run_startup.json")
+    parser.add_argument("--out", default=".", metavar="DIR", help="folder for run_startup.json")
     args = parser.parse_args()
     pyinit = shutil.which("pyinit")
     if pyinit is None:
@@ -95,8 +95,7 @@ def main() -> int:
     label = "python -c 'import pyinit'"
     print(f"{label:36} {m['import_ms']:7.1f} ms  (target < 100)")
     print(f"{'python -c pass (the floor)':36} {m['python_ms']:7.1f} ms")
-    if args.out:
-        write_json(Path(args.out) / "run_startup.json", document)
+    write_json(Path(args.out) / "run_startup.json", document)
     return 0
 
 

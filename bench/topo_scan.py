@@ -48,7 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=50)
     parser.add_argument("--pod-init", default=shutil.which("pod-init") or "pod-init")
-    parser.add_argument("--out", type=Path, default=REPO / "bench/results")
+    parser.add_argument(
+        "--out", type=Path, default=Path("."), metavar="DIR", help="folder for topo_scan.json"
+    )
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be >= 1")
@@ -126,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         "target_ms": TARGET_MS,
         "rows": rows,
     }
-    path = write_json(args.out / f"topo_scan-{host}.json", result, indent=2)
+    path = write_json(args.out / "topo_scan.json", result, indent=2)
     print(f"saved {path}")
     return 0
 

@@ -194,7 +194,7 @@ class SysfsTree:
 
 
 def build_h200x2(root: Path | str) -> SysfsTree:
-    """The lent 2xH200 Firecracker VM (shared/reference/h200x2/probe.txt): one
+    """A 2xH200 Firecracker VM (as its sysfs reads): one
     flat root bus, NUMA -1, VM BAR layout with a 256 GiB BAR1."""
     t = SysfsTree(root)
     t.numa_nodes(1)

@@ -1,5 +1,5 @@
 """`pyinit bench allreduce` and the other collectives, `p2p` and `h2d`: the
-sweeps run for real (gloo on CPU here, NCCL on the lent GPU machines) and
+sweeps run for real (gloo on CPU here, NCCL on GPU machines) and
 report nccl-tests' sizes and columns;
 the copy benchmarks measure where there are GPUs and refuse plainly where
 there are none."""

@@ -29,7 +29,7 @@ NON_UTF8 = os.fsdecode(b"/tmp/pod-init-\xff\xfe-root")
 
 # (command, files to write {name: bytes}, exit status, what stderr must hold).
 # In the command: {tmp} the test's folder, {sys} a fixture sysfs tree of the
-# lent 2xH200, {NAME} a file written from the files column; "pod-init" and
+# 2xH200 node, {NAME} a file written from the files column; "pod-init" and
 # "pyinit" are the installed executables, "build" initramfs/build.
 BIG_LIST = {"hosts": b"10.[0-255].[0-255].[0-255]\n"}
 # 20,000 bracket groups on one 60 KB line: the expansion once recursed per group (exit 139).

@@ -1,4 +1,4 @@
-"""NCCL configuration against the real driver and NCCL (the lent GPU machines).
+"""NCCL configuration against the real driver and NCCL (GPU machines).
 
 Skipped, with the reason printed, where there is no NVIDIA driver or fewer
 than two GPUs: NVML and NCCL cannot run there.

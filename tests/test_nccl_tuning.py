@@ -1,5 +1,5 @@
 """pyinit nccl --tune's search, cache key, table and application, on recorded
-timings: the choices are plain data, so a table recorded on the lent 2xH200
+timings: the choices are plain data, so a table recorded on a 2xH200 node
 gives the same choices here. The measurement itself needs the GPUs
 (tests/test_nccl_gpu.py); the plugin's own answers are csrc/nccl/tests'."""
 
@@ -63,7 +63,7 @@ def sweep(**speedups) -> Timings:
 
 
 def test_recorded_h200x2_table_chooses_32_ctas_for_all_sizes():
-    """The issue's nccl-tests runs on the lent 2xH200: 32 CTAs win 2.5-4.7 %
+    """The issue's nccl-tests runs on a 2xH200 node: 32 CTAs win 2.5-4.7 %
     at every size, NCCL_ALGO=Tree a little less; one bound, no per-size rule."""
     timings = Timings.from_dict(json.loads(ISSUE_TABLE.read_text()), str(ISSUE_TABLE))
     tuning = choose(timings, KEY)

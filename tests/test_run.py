@@ -366,7 +366,7 @@ def test_nvml_health_errors_are_preflight_errors():
     from pyinit.topology import Finding
 
     spec = json.loads((ROOT / "tests" / "data" / "h200x2-nvml.json").read_text())
-    assert gpu_health(read_nvml(FakeNvml(spec))) == []  # the lent machine: healthy
+    assert gpu_health(read_nvml(FakeNvml(spec))) == []  # the machine measured: healthy
     spec["gpus"][1]["health"] = {"ecc_enabled": True, "ecc_uncorrected_volatile": 2,
                                  "remap_pending": True, "remap_failed": False}  # fmt: skip
     # A x16 GPU in a x8 slot: the scan caps the width by the slot, and NVML
@@ -420,7 +420,7 @@ def test_a_module_a_program_standalone_and_torchrun_options(pyinit_bin, tmp_path
 def test_device_init_is_timed_once_while_torch_reenters_it(tmp_path):
     """torch calls torch.cuda._lazy_init from inside itself while CUDA starts
     (its queued calls); the worker's timing hook must pass those through, not
-    recurse (seen on the lent H200s). Without a GPU here, a stand-in for
+    recurse (seen on H200 nodes). Without a GPU here, a stand-in for
     _lazy_init re-enters by name as torch's does."""
     program = f"""
 import torch, torch.cuda

@@ -185,7 +185,7 @@ def test_only_this_stalls_flight_recorder_dumps_count(tmp_path):
 
 
 def test_the_flight_recorder_says_who_is_behind(tmp_path):
-    """Dumps recorded on the lent 2xH200 with NCCL, rank 1 asleep at step 6:
+    """Dumps recorded on a 2xH200 node with NCCL, rank 1 asleep at step 6:
     rank 0 has two all-reduces scheduled that rank 1 never reached."""
     dumps = sorted((Path(__file__).parent / "data" / "flight-recorder").glob("rank_*"))
     traced = read_flight_recorder(dumps)

@@ -24,7 +24,7 @@ int parse_resource(const std::string& text, std::vector<Bar>* bars);
 
 // NVIDIA's "BAR1" (the framebuffer aperture) is the second memory BAR: at
 // resource1 when BAR0 is 32-bit (bare-metal H100), at resource2 when BAR0 is
-// 64-bit (the lent H200 VMs). Returns nullptr when the device has no such BAR.
+// 64-bit (the H200 VMs measured). Returns nullptr when the device has no such BAR.
 const Bar* nvidia_bar1(const std::vector<Bar>& bars);
 
 // "256 GiB", "32 MiB", "16 KiB".

@@ -4,7 +4,7 @@ same windows, cold (page cache dropped before each run) and warm (every shard
 read into the page cache first), rounds interleaved. Also: sharder throughput
 and what the compiled loops buy over the same source run as plain Python.
 
-    pyinit bench data --gib 8 --out bench/results/mine
+    pyinit bench data --gib 8 --out DIR
 """
 
 from __future__ import annotations

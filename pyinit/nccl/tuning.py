@@ -43,7 +43,7 @@ _ENV_ALGORITHM = {"tree": "Tree", "ring": "Ring", "pat": "PAT"}
 _ENV_PROTOCOL = {"ll": "LL", "ll128": "LL128", "simple": "Simple"}
 
 # Gains smaller than this are not worth a rule even when the timings are
-# steady: on the lent H200, identical work timed in turns differed by up to
+# steady: on an H200 node, identical work timed in turns differed by up to
 # 1.2 % (tests/data/nccl-tuning/h200-1rank-noop.json).
 NOISE_FLOOR = 0.02
 # The sizes whose mean gain ranks whole-run settings: gradient buckets and up.

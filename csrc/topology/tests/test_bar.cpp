@@ -8,7 +8,7 @@ namespace {
 constexpr const char* kZero = "0x0000000000000000 0x0000000000000000 0x0000000000000000\n";
 
 TEST(Resource, VmLayoutPutsBar1AtResource2) {
-  // The lent H200 VM, from shared/reference/h200x2/probe.txt.
+  // An H200 VM, as its sysfs reads.
   std::string text = std::string("0x0000104002000000 0x0000104002ffffff 0x000000000014220c\n") +
                      kZero + "0x0000100000000000 0x0000103fffffffff 0x000000000014220c\n" + kZero +
                      "0x0000104000000000 0x0000104001ffffff 0x000000000014220c\n" + kZero + kZero;

@@ -50,7 +50,7 @@ TEST(Classify, FunctionsOfOneDeviceAreOneSwitchApart) {
 }
 
 TEST(Classify, FlatVmRootBusIsHostBridge) {
-  // The lent H200 VM: both GPUs on the root bus; NVML reports 30 (host bridge).
+  // An H200 VM: both GPUs on the root bus; NVML reports 30 (host bridge).
   auto gpu0 = make("0000:00:06.0", "pci0000:00", {}, -1);
   auto gpu1 = make("0000:00:07.0", "pci0000:00", {}, -1);
   EXPECT_EQ(classify(gpu0, gpu1, kNoBridges), Level::Phb);
