@@ -44,29 +44,20 @@ def time_command(cmd: list[str]) -> tuple[float, dict | None]:
     return elapsed, internal
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=50)
-    parser.add_argument("--pod-init", default=shutil.which("pod-init") or "pod-init")
-    parser.add_argument(
-        "--out", type=Path, default=Path("."), metavar="DIR", help="folder for topo_scan.json"
-    )
-    args = parser.parse_args(argv)
-    if args.repeat < 1:
-        parser.error("--repeat must be >= 1")
-
+def measure(pod_init: str, repeat: int) -> list[dict]:
+    """Each command `repeat` times, in turns; a row of medians per command."""
     with tempfile.TemporaryDirectory() as tmp:
         fixture = Path(tmp) / "8gpu"
         sysfs_fixtures.build_8gpu(fixture)
         commands = {
             "pod-init topo --json (8-GPU fixture)": [
-                args.pod_init,
+                pod_init,
                 "topo",
                 "--json",
                 "--sysfs-root",
                 str(fixture),
             ],
-            "pod-init topo --json (live /sys)": [args.pod_init, "topo", "--json"],
+            "pod-init topo --json (live /sys)": [pod_init, "topo", "--json"],
         }
         if shutil.which("lspci"):
             commands["lspci -tv (live)"] = ["lspci", "-tv"]
@@ -76,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         wall: dict[str, list[float]] = {name: [] for name in commands}
         internal: dict[str, list[float]] = {name: [] for name in commands}
         devices: dict[str, int] = {}
-        for _ in range(args.repeat):
+        for _ in range(repeat):
             for name, cmd in commands.items():
                 elapsed, doc = time_command(cmd)
                 wall[name].append(elapsed)
@@ -98,6 +89,21 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
 
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--pod-init", default=shutil.which("pod-init") or "pod-init")
+    parser.add_argument(
+        "--out", type=Path, default=Path("."), metavar="DIR", help="folder for topo_scan.json"
+    )
+    args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat must be >= 1")
+
+    rows = measure(args.pod_init, args.repeat)
     print(
         f"{'command':40} {'functions':>9} {'wall median':>12} {'wall min':>9} "
         f"{'in-process scan':>16}"

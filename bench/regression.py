@@ -1,0 +1,163 @@
+"""This checkout against an earlier commit, side by side in one run: the
+figures a restructuring must not make worse, each side measured in turns
+(which goes first alternates by round) so a noisy minute hits both alike.
+
+    python3 bench/regression.py --baseline REF [--rounds 10] [--out DIR]
+
+Both sides are built as wheels from their sources (REF by `git archive`, this
+side from the working tree) and installed into two scratch venvs that reach
+this interpreter's site-packages for torch and numpy. Measured:
+  scan      `pod-init topo --json --no-bar0` of the 8-GPU fixture, wall ms
+  import    `python -c "import pyinit"`, wall ms
+  spawn     `pyinit run` from its start to torchrun's spawn event, ms (one CPU worker)
+  reader    4 KiB random O_DIRECT reads at queue depth 1 through pyinit.io's
+            DirectReader, reads per second (a 256 MiB file on /var/tmp)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+from pyinit.jsonfile import write_json
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+import sysfs_fixtures  # noqa: E402
+
+READER = """
+import os, random, sys, time
+from pyinit.io import DirectReader
+reader = DirectReader(sys.argv[1], queue_depth=1)
+blocks = os.path.getsize(sys.argv[1]) // 4096
+rng = random.Random(7)
+done, began = 0, time.perf_counter()
+while time.perf_counter() - began < float(sys.argv[2]):
+    reader.read(rng.randrange(blocks) * 4096, 4096)
+    done += 1
+print(done / (time.perf_counter() - began))
+"""
+# Higher is better only for the reader.
+HIGHER_IS_BETTER = {"reader"}
+
+
+def baseline_side(ref: str, folder: Path) -> Path:
+    """REF's sources, built and installed (once, where --work keeps them)."""
+    if (folder / "venv/bin/pod-init").exists():
+        return folder / "venv/bin"
+    source = folder / "source"
+    source.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", ROOT, "archive", ref], check=True,
+                             capture_output=True).stdout  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", source], input=archive, check=True)
+    return build_side(source, folder)
+
+
+def build_side(source: Path, folder: Path) -> Path:
+    """A fresh venv in `folder` with `source` installed; returns its bin folder."""
+    shutil.rmtree(folder / "venv", ignore_errors=True)
+    shutil.rmtree(folder / "wheels", ignore_errors=True)
+    wheels = folder / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps",
+                    "-w", wheels, source], check=True)  # fmt: skip
+    venv = folder / "venv"
+    subprocess.run([sys._base_executable, "-m", "venv", venv], check=True)  # type: ignore[attr-defined]
+    site = next((venv / "lib").glob("python*/site-packages"))
+    # torch, numpy and the rest from here; a path named in a .pth file runs none of
+    # its own .pth files, so this checkout's editable install stays out.
+    (site / "_shared_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([venv / "bin/pip", "install", "-q", "--no-deps", *wheels.glob("*.whl")],
+                   check=True)  # fmt: skip
+    return venv / "bin"
+
+
+def checked(command: list[str | Path], statuses: tuple[int, ...] = (0,)) -> str:
+    """The command's stdout; SystemExit with its last lines when it fails."""
+    done = subprocess.run(command, capture_output=True, text=True, cwd="/")
+    if done.returncode not in statuses:
+        said = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise SystemExit(f"regression: {' '.join(map(str, command[:3]))}... exited "
+                         f"{done.returncode}: {said}")  # fmt: skip
+    return done.stdout
+
+
+def timed_ms(command: list[str | Path], statuses: tuple[int, ...] = (0,)) -> float:
+    began = time.perf_counter()
+    checked(command, statuses)
+    return (time.perf_counter() - began) * 1e3
+
+
+def spawn_ms(bin_dir: Path, script: Path, run_dir: Path) -> float:
+    began = time.time()
+    checked([bin_dir / "pyinit", "run", "--standalone", "--nproc-per-node", "1",
+             "--monitor-interval", "0", "--run-dir", run_dir, "--", script])  # fmt: skip
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    spawn = next(e for e in reversed(events) if e["event"] == "spawn")
+    return (spawn["time"] - began) * 1e3
+
+
+def measure(bin_dir: Path, scratch: Path, round_no: int) -> dict[str, float]:
+    script = scratch / "noop.py"
+    run_dir = scratch / f"run-{bin_dir.parent.parent.name}-{round_no}"
+    reads = checked([bin_dir / "python", "-c", READER, scratch / "data.bin", "1.0"])
+    # The fixture's findings include errors (a degraded link): exit 1 is its verdict.
+    return {
+        "scan": timed_ms(
+            [bin_dir / "pod-init", "topo", "--json", "--no-bar0", "--sysfs-root", scratch / "sys"],
+            (0, 1),
+        ),
+        "import": timed_ms([bin_dir / "python", "-c", "import pyinit"]),
+        "spawn": spawn_ms(bin_dir, script, run_dir),
+        "reader": float(reads.strip()),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--baseline", required=True, metavar="REF", help="the commit to compare")
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--out", default=".", metavar="DIR", help="folder for regression.json")
+    parser.add_argument("--work", metavar="DIR",
+                        help="keep the builds here and reuse them (default: scratch)")  # fmt: skip
+    args = parser.parse_args()
+    named = ["git", "-C", ROOT, "rev-parse", "--short", args.baseline]
+    baseline = subprocess.run(named, check=True, capture_output=True, text=True).stdout.strip()
+    with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="pod-init-regression-") as tmp:
+        scratch = Path(args.work or tmp)
+        sides = {baseline: baseline_side(baseline, scratch / f"baseline-{baseline}"),
+                 "this": build_side(ROOT, scratch / "this")}  # fmt: skip
+        sysfs_fixtures.build_8gpu(scratch / "sys")
+        (scratch / "noop.py").write_text("pass\n")
+        with open(scratch / "data.bin", "wb") as f:
+            f.write(os.urandom(256 << 20))
+        samples: dict[str, dict[str, list[float]]] = {side: {} for side in sides}
+        for round_no in range(args.rounds):
+            order = list(sides) if round_no % 2 == 0 else list(sides)[::-1]
+            for side in order:
+                for name, value in measure(sides[side], scratch, round_no).items():
+                    samples[side].setdefault(name, []).append(value)
+            print(f"round {round_no} done", file=sys.stderr)
+    medians = {side: {k: statistics.median(v) for k, v in s.items()} for side, s in samples.items()}
+    print(f"{'figure':8} {baseline:>12} {'this':>12} {'this/base':>10}  (medians of {args.rounds})")
+    for name in medians["this"]:
+        old, new = medians[baseline][name], medians["this"][name]
+        unit = "reads/s" if name in HIGHER_IS_BETTER else "ms"
+        print(f"{name:8} {old:12.1f} {new:12.1f} {new / old:9.2f}x  {unit}")
+    write_json(Path(args.out) / "regression.json",
+               {"date": time.strftime("%Y-%m-%d"), "machine": os.uname().nodename,
+                "baseline": baseline, "rounds": args.rounds, "medians": medians,
+                "samples": samples})  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
