@@ -132,3 +132,13 @@ def test_copy_benchmarks(pyinit_bin, tmp_path, kind):
     else:
         assert [r["gpu"] for r in document["rows"]] == list(range(gpus))
         assert all(r["h2d_gbs"] > 1 and r["d2h_gbs"] > 1 for r in document["rows"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
+def test_more_ranks_than_gpus_is_one_line(pyinit_bin, tmp_path):
+    """Once torch's `invalid device ordinal` traceback from every worker."""
+    ranks = torch.cuda.device_count() + 1
+    result = subprocess.run([pyinit_bin, "bench", "allreduce", "-g", str(ranks), "--out", tmp_path],
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert f"-g {ranks}: this node has {ranks - 1} GPU" in result.stderr

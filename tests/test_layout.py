@@ -141,6 +141,26 @@ def test_help_imports_no_command():
     assert loaded == ["pyinit.cli", "pyinit.errors", "pyinit.extras"], loaded
 
 
+def test_no_help_page_imports_torch():
+    """Every command's --help is instant: none imports torch (the missing-extra
+    line comes when the command runs, not when its options are listed)."""
+    import subprocess
+    import sys
+
+    from pyinit.cli import COMMANDS
+
+    pages = [[name] for name, (target, _) in COMMANDS.items() if not isinstance(target, dict)]
+    pages += [["bench", kind] for kind in COMMANDS["bench"][0]]
+    code = ("import sys, pyinit.cli as c\n"
+            "for page in sys.argv[1:]:\n"
+            "    try: c.main(page.split() + ['--help'])\n"
+            "    except SystemExit as e: assert e.code == 0, (page, e.code)\n"
+            "print('torch' in sys.modules)")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code, *map(" ".join, pages)], capture_output=True,
+                         text=True, check=True)  # fmt: skip
+    assert out.stdout.strip().splitlines()[-1] == "False", out.stdout[-500:]
+
+
 def test_public_cpp_headers_keep_detail_private():
     """A header beside a concern's sources is its interface: it names detail/
     types at most, so their definitions do not reach every includer."""

@@ -25,20 +25,24 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
-from pyinit import argtypes, checkpoint
+from pyinit import argtypes
 from pyinit.errors import InputError
-from pyinit.extras import note_missing
+from pyinit.extras import note_missing, require
 from pyinit.jsonfile import write_json
 from pyinit.plotting import human_bytes, pyplot, save_figure
+
+if TYPE_CHECKING:
+    import torch
 
 WEIGHT = (4096, 4096)  # bf16: 32 MiB each
 TOOLS = ("pyinit", "torch.save", "safetensors", "fio")
 
 
 def state_dict(size: int) -> dict[str, torch.Tensor]:
+    import torch
+
     weights = max(1, size // (WEIGHT[0] * WEIGHT[1] * 2))
     generator = torch.Generator().manual_seed(0)
     tensors = {}
@@ -58,6 +62,10 @@ def fsync_path(path: Path) -> None:
 
 
 def save_with(tool: str) -> Callable[[dict[str, torch.Tensor], Path], None]:
+    import torch
+
+    from pyinit import checkpoint
+
     if tool == "pyinit":
         return lambda tensors, path: checkpoint.save(tensors, path)
     if tool == "torch.save":
@@ -123,6 +131,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    require("torch", "pyinit bench checkpoint")
     note_missing("matplotlib", "the PNG", "pyinit bench checkpoint")
     folder = Path(args.dir)
     if not folder.is_dir():

@@ -442,27 +442,23 @@ def plot(document: dict, path: Path) -> bool:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """nccl-tests' flags (and long names) for the collective the parser's
-    ``kind`` default names: -o only where it reduces, -r where it has a root."""
-    require("torch", parser.prog)
-    import torch
-
+    ``kind`` default names: -o only where it reduces, -r where it has a root.
+    Nothing here imports torch, so --help is instant and needs no torch."""
     command = parser.get_default("kind")
     collective = COLLECTIVES[command]
     parser.description = (f"{collective.title} size sweep in nccl-tests' flags and columns "
                           f"(like {collective.name}_perf)")  # fmt: skip
-    gpus = torch.cuda.device_count()
     size = argtypes.size(1)
     parser.add_argument("-b", "--minbytes", "--min", type=size, default=8, metavar="SIZE",
                         help="smallest size")  # fmt: skip
     parser.add_argument("-e", "--maxbytes", "--max", type=size, metavar="SIZE",
-                        default=(4 << 30) if gpus else (64 << 20),
-                        help="largest size (4G with GPUs, 64M without)")  # fmt: skip
+                        help="largest size (default: 4G with GPUs, 64M without)")  # fmt: skip
     parser.add_argument("-f", "--stepfactor", "--factor", type=argtypes.whole(1, 1 << 20),
                         default=2, help="multiply the size by this; 1: add -i instead")  # fmt: skip
     parser.add_argument("-i", "--stepbytes", type=size, default=1 << 20, metavar="SIZE",
                         help="what to add when -f is 1")  # fmt: skip
     parser.add_argument("-g", "--ngpus", "--nproc", type=argtypes.whole(1, 1024),
-                        default=gpus or 2, help="ranks (GPUs, or 2 on CPU)")  # fmt: skip
+                        help="ranks (default: every GPU, or 2 on CPU)")  # fmt: skip
     parser.add_argument("-n", "--iters", "--iterations", type=argtypes.whole(1, 1_000_000),
                         default=20, help="timed calls per size and mode")  # fmt: skip
     parser.add_argument("-w", "--warmup_iters", "--warmup", type=argtypes.whole(0, 1_000_000),
@@ -484,9 +480,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """`pyinit bench KIND`: the sweep under torchrun, then the table and files."""
+    command = args.kind
+    require("torch", f"pyinit bench {command}")
     import torch
 
-    command, gpus = args.kind, torch.cuda.device_count()
+    gpus = torch.cuda.device_count()
+    args.maxbytes = args.maxbytes or ((4 << 30) if gpus else (64 << 20))
+    args.ngpus = args.ngpus or gpus or 2
+    if gpus and args.ngpus > gpus:
+        raise InputError(f"-g {args.ngpus}: this node has {gpus} GPU{'s' if gpus > 1 else ''}")
     collective = COLLECTIVES[command]
     op, root = getattr(args, "op", "sum"), getattr(args, "root", 0)
     if op == "avg" and not gpus:

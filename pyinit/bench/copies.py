@@ -95,7 +95,6 @@ def _matrix_text(title: str, matrix: list[list[float | None]]) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    require("torch", parser.prog)
     kind = parser.get_default("kind")
     parser.add_argument("--size", type=argtypes.size(), default=1 << 30, metavar="SIZE")
     parser.add_argument("--iterations", type=argtypes.whole(1, 1_000_000), default=10)
@@ -103,9 +102,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    import torch
-
     kind = args.kind
+    require("torch", f"pyinit bench {kind}")
+    import torch
 
     needed = 2 if kind == "p2p" else 1
     if torch.cuda.device_count() < needed:

@@ -19,18 +19,23 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from pyinit import argtypes
 from pyinit.bench.io import drop_caches
-from pyinit.data import TokenShardDataset, kernels, sharder
+from pyinit.data import kernels, sharder
 from pyinit.data.shard_format import HEADER_BYTES, ShardWriter, read_header
 from pyinit.errors import InputError
-from pyinit.extras import installed, note_missing
+from pyinit.extras import installed, note_missing, require
 from pyinit.jsonfile import write_json
 from pyinit.plotting import pyplot, save_figure
+
+if TYPE_CHECKING:
+    import torch
+
+    from pyinit.data import TokenShardDataset
 
 VOCAB = 50257  # GPT-2's: uint16 tokens, as nanoGPT stores them
 
@@ -78,6 +83,8 @@ class MemmapBaseline:
         ]
 
     def batch(self, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        import torch
+
         shard, start = self.dataset.windows(b)
         n = self.dataset.seq_len
         pairs = list(zip(shard.tolist(), start.tolist(), strict=True))
@@ -105,6 +112,8 @@ def batches_per_second(fetch: Callable[[int], object], first: int, count: int) -
 
 
 def loader_rounds(paths: list[str], args: argparse.Namespace, cold_ok: bool) -> dict:
+    from pyinit.data import TokenShardDataset
+
     runs: dict[str, list[float]] = {}
     stats: dict = {}
     stretch = 0  # each run reads its own stretch of the epoch, not the one before's
@@ -168,6 +177,8 @@ def kernel_variants() -> dict[str, ModuleType]:
 
 
 def window_kernel_cost(paths: list[str], args: argparse.Namespace) -> dict:
+    from pyinit.data import TokenShardDataset
+
     """Microseconds to work out one batch's windows, compiled and as plain Python."""
     dataset = TokenShardDataset(paths, args.seq_len, 0, 1, batch_size=args.batch)
     out = {}
@@ -243,6 +254,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    require("torch", "pyinit bench data")
     note_missing("matplotlib", "the PNG", "pyinit bench data")
     note_missing("cython", "the comparison with uncompiled loops", "pyinit bench data")
     folder = Path(args.dir)
