@@ -77,6 +77,12 @@ COMMANDS: dict[str, tuple[str | dict[str, tuple[str, str]], str]] = {
 }  # fmt: skip
 
 
+DESCRIPTION = (
+    "pod-init's Python side: scans a GPU node, writes its NCCL files, launches "
+    "and watches training, checks health, monitors and benchmarks."
+)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse's parser, exiting with ``usage_status`` on bad usage: 2, or
     what a command sets for itself (check: Nagios' UNKNOWN)."""
@@ -115,7 +121,8 @@ def _subcommands(parser: argparse.ArgumentParser, table: Mapping[str, tuple[Any,
     chosen = _first_word(argv, table)
     made = None
     for name, (target, text) in table.items():
-        command = sub.add_parser(name, help=text, description=text, formatter_class=_Formatter)
+        command = sub.add_parser(name, help=text, description=text, epilog=EXIT_STATUS_HELP,
+                                 formatter_class=_Formatter)  # fmt: skip
         if name != chosen:
             continue
         rest = argv[argv.index(name) + 1 :]
@@ -145,7 +152,7 @@ def _attach(parser: _Parser, module_name: str, name: str, command: str) -> _Pars
 def build_parser(argv: list[str]) -> tuple[_Parser, _Parser | None]:
     """The whole `pyinit` parser with the command argv names made whole (the
     others listed by name and help line), and that command's parser."""
-    parser = _Parser(prog="pyinit", description="pod-init supervisor", epilog=EXIT_STATUS_HELP,
+    parser = _Parser(prog="pyinit", description=DESCRIPTION, epilog=EXIT_STATUS_HELP,
                      formatter_class=_Formatter)  # fmt: skip
     parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
     return parser, _subcommands(parser, COMMANDS, argv, "command", "pyinit")

@@ -111,7 +111,7 @@ class PynvmlBackend:
             import pynvml
         except ImportError:
             raise NvmlUnavailable(
-                "nvidia-ml-py is not installed (pip install 'pod-init[gpu]')"
+                "nvidia-ml-py is not installed (it comes with pod-init: reinstall it)"
             ) from None
         try:
             pynvml.nvmlInit()

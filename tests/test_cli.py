@@ -94,3 +94,18 @@ def test_closed_pipe_is_quiet(pyinit_bin, eightgpu_tree):
         timeout=60,
     )
     assert proc.stderr == ""
+
+
+def test_every_help_page_ends_with_its_exit_statuses(pyinit_bin, pod_init_bin):
+    from pyinit.cli import COMMANDS
+    from pyinit.commands.check import NAGIOS_STATUS
+    from pyinit.errors import EXIT_STATUS_HELP
+
+    pages = [[], *([n] for n in COMMANDS), *(["bench", k] for k in COMMANDS["bench"][0])]
+    for page in pages:
+        text = run([pyinit_bin, *page, "--help"]).stdout
+        table = NAGIOS_STATUS if page == ["check"] else EXIT_STATUS_HELP
+        assert text.rstrip().endswith(table), page
+        assert not any(line.count("(default") > 1 for line in text.splitlines()), page
+    for page in ([], ["topo"], ["nccl"], ["read"], ["modules"], ["params"], ["-v"]):
+        assert run([pod_init_bin, *page, "--help"]).stdout.rstrip().endswith(EXIT_STATUS_HELP)

@@ -45,3 +45,75 @@ def test_every_example_runs_as_written():
         )
         ran.append(name)
     assert len(ran) >= 10 and any(n.startswith("docs/") for n in ran)
+
+
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "initramfs/README.md"]
+
+
+def test_the_extras_named_anywhere_exist():
+    import tomllib
+
+    declared = set(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+                   ["optional-dependencies"])  # fmt: skip
+    texts = [p.read_text() for p in DOCS] + [p.read_text() for p in (REPO / "pyinit").rglob("*.py")]
+    named = {m for text in texts for m in re.findall(r"pod-init\[([a-z,]+)\]", text)}
+    unknown = {e for group in named for e in group.split(",")} - declared
+    assert not unknown, f"extras named but not in pyproject.toml: {sorted(unknown)}"
+
+
+def command_lines(program: str) -> list[str]:
+    """Every `program ...` the docs show, in code spans and blocks, up to a
+    ` -- ` (the rest is the script's)."""
+    found = []
+    for doc in DOCS:
+        for code in re.findall(r"```[a-z]*\n(.*?)```|`([^`\n]+)`", doc.read_text(), re.S):
+            for line in "".join(code).splitlines():
+                line = re.sub(r"\([^)]*\)", "", line)  # asides in parentheses are not options
+                for m in re.finditer(rf"(?:^|[\s(|;&]){re.escape(program)} ([^|;&#]*)", line):
+                    words = re.sub(r"'[^']*'|\"[^\"]*\"", "", m.group(1))  # quoted: values
+                    words = words.split(" -- ")[0]
+                    found.append(words)
+    return found
+
+
+def test_the_pyinit_options_in_the_docs_exist():
+    from pyinit.cli import COMMANDS, build_parser
+
+    wrong = []
+    for words in command_lines("pyinit"):
+        parts = words.split()
+        if not parts or parts[0] not in COMMANDS:
+            continue
+        argv = parts[:2] if parts[0] == "bench" and len(parts) > 1 else parts[:1]
+        _, parser = build_parser(argv)
+        if parser is None:
+            continue
+        known = set(parser._option_string_actions)
+        for option in re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", " ".join(parts[len(argv) :])):
+            if option not in known:
+                wrong.append(f"pyinit {' '.join(argv)} {option}")
+    assert not wrong, "options the docs name that pyinit does not have: " + ", ".join(
+        sorted(set(wrong)))  # fmt: skip
+
+
+def test_the_pod_init_options_in_the_docs_exist(pod_init_bin):
+    pages = {}
+    wrong = []
+    for words in command_lines("pod-init"):
+        parts = words.split()
+        command = parts[0] if parts and not parts[0].startswith("-") else ""
+        if command and command not in ("topo", "nccl", "read", "modules", "params"):
+            continue
+        if command not in pages:
+            pages[command] = subprocess.run(
+                [pod_init_bin, *([command] if command else []), "--help"],
+                capture_output=True,
+                text=True,
+            ).stdout
+        for option in re.findall(
+            r"(?<![\w-])(--?[a-zA-Z][\w-]*)", " ".join(parts[1 if command else 0 :])
+        ):
+            if not re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", pages[command]):
+                wrong.append(f"pod-init {command} {option}".replace("  ", " "))
+    assert not wrong, "options the docs name that pod-init does not have: " + ", ".join(
+        sorted(set(wrong)))  # fmt: skip

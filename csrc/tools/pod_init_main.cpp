@@ -149,7 +149,7 @@ std::string usage_lines(const Command* command) {
     if (command != nullptr && command != &entry) continue;
     usage += (usage.empty() ? "usage: " : "       ") + pod_init::usage_line("pod-init", entry.spec);
   }
-  return usage;
+  return command == nullptr ? usage + "       pod-init --version\n" : usage;
 }
 
 // Usage, what the command does and its options, then the exit-status table.

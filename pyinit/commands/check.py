@@ -12,9 +12,17 @@ from dataclasses import asdict
 from pyinit import _native, argtypes
 from pyinit.health.check import CRITICAL, STATE_NAMES, UNKNOWN
 
+NAGIOS_STATUS = """\
+exit status (a Nagios plugin's, as schedulers' health checks read it):
+  0    OK
+  1    WARNING: a problem worth a look; the node can take work
+  2    CRITICAL: do not schedule on this node (--slurm-drain drains it)
+  3    UNKNOWN: a probe could not tell within --deadline, or bad usage"""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.usage_status = UNKNOWN  # Nagios plugins report bad usage as UNKNOWN
+    parser.epilog = NAGIOS_STATUS
     argtypes.add_machine_options(parser)
     add = parser.add_argument
     add("--deadline", type=argtypes.seconds(0.1, 600), default=5.0,
