@@ -92,8 +92,8 @@ def test_a_three_node_job_trains(pyinit_bin, shards, tmp_path):
         assert start["nodes"]["source"] == "slurm" and start["nodes"]["rank"] == rank
         assert start["nodes"]["addresses"] == cluster.names
         spawn = next(e for e in events(tmp_path / "runs" / name) if e["event"] == "spawn")
-        master = spawn["command"][spawn["command"].index("--master-addr") + 1]
-        assert master in (cluster.names[0], cluster.addresses[0])
+        endpoint = spawn["command"][spawn["command"].index("--rdzv-endpoint") + 1]
+        assert endpoint.rsplit(":", 1)[0] in (cluster.names[0], cluster.addresses[0])
 
 
 def test_a_sick_node_is_drained_with_the_checks_line_and_avoided(pyinit_bin, tmp_path):

@@ -35,7 +35,8 @@ OWNED_TORCHRUN_OPTIONS = {
     "--nnodes", "--node-rank", "--node_rank", "--master-addr", "--master_addr",
     "--master-port", "--master_port", "--nproc-per-node", "--nproc_per_node",
     "--max-restarts", "--max_restarts", "--no-python", "--no_python", "--standalone",
-    "--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint", "--rdzv_endpoint", "-m",
+    "--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint", "--rdzv_endpoint", "--rdzv-conf",
+    "--rdzv_conf", "-m",
     "--module", "--run-path", "--run_path", "--start-method", "--start_method",
 }  # fmt: skip
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
@@ -57,7 +58,8 @@ class RunConfig:
     standalone: bool
     torchrun_options: tuple[str, ...]
     nproc: int | None  # None: one per GPU, else one per CPU up to 8
-    master_port: int
+    master_port: int | None  # None: a free one on one node, 29500 across nodes
+    join_timeout: float
     max_restarts: int
     preflight: str
     expect_gpus: int | None
@@ -95,8 +97,11 @@ def add_arguments(run: argparse.ArgumentParser, environ: Mapping[str, str] = os.
     option("--nproc-per-node", "auto", "workers on this node (auto: one per GPU, else one "
            "per CPU up to 8)", metavar="N|auto")  # fmt: skip
     # 65534 at most: the port above it is the run's liveness port.
-    option("--master-port", 29500, "torchrun's rendezvous port on node 0",
-           type=argtypes.whole(1, 65534), metavar="P")  # fmt: skip
+    option("--master-port", None, "the rendezvous store's port on node 0 (default: a free "
+           "one on a single node, 29500 across nodes)", type=argtypes.whole(1, 65534),
+           metavar="P")  # fmt: skip
+    option("--join-timeout", 300.0, "seconds for every node to join before the run ends, "
+           "naming the missing ones", type=argtypes.seconds(1, 86400), metavar="S")  # fmt: skip
     option("--max-restarts", 0, "worker-group restarts torchrun may make",
            type=argtypes.whole(0, 1000), metavar="K")  # fmt: skip
     option("--preflight", "warn", "strict: do not start on an error finding",
@@ -148,6 +153,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     return RunConfig(
         target=target, hostfile=args.hostfile or None, standalone=standalone,
         torchrun_options=tuple(extra), nproc=nproc, master_port=args.master_port,
+        join_timeout=args.join_timeout,
         max_restarts=args.max_restarts, preflight=args.preflight, expect_gpus=args.expect_gpus,
         run_dir=Path(args.run_dir) if args.run_dir else None,
         monitor_interval=args.monitor_interval, sysfs_root=args.sysfs_root,

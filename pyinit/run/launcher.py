@@ -30,14 +30,16 @@ from typing import IO, Any
 
 from pyinit import _native
 from pyinit.errors import EXIT_FAILURE, EXIT_STALLED
-from pyinit.run.agent import FAILURES_FILE
+from pyinit.run import store
+from pyinit.run.agent import AGENT_LOG, FAILURES_FILE
 from pyinit.run.config import RunConfig
 from pyinit.run.events import RUN_DIR_ENV, EventLog, boottime, process_start
-from pyinit.run.liveness import Liveness
+from pyinit.run.liveness import JoinWatch, Liveness
 from pyinit.run.nodes import Nodes, find_nodes
 from pyinit.run.preflight import preflight
 from pyinit.run.stall import StallWatch, flight_recorder_env
 from pyinit.run.steps import FOLDER as STEPS_FOLDER
+from pyinit.run.store import Store
 
 # What the core's supervisor takes: the signals it forwards, and SIGCHLD.
 SUPERVISED = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
@@ -60,9 +62,10 @@ def guarded(pod_init: str, command: Sequence[str]) -> list[str]:
             "--", *command]  # fmt: skip
 
 
-def torchrun_command(nodes: Nodes, nproc: int, config: RunConfig, status_dir: Path) -> list[str]:
+def torchrun_command(nodes: Nodes, nproc: int, config: RunConfig, status_dir: Path,
+                     rendezvous: Store) -> list[str]:  # fmt: skip
     """torchrun's agent (through pyinit.run.agent, which marks its start) with
-    the static rendezvous at the master, running pyinit.run.wrapper per rank.
+    the rendezvous on the store pyinit run bound, running pyinit.run.wrapper per rank.
     Python workers are forked from the agent, torch already imported, unless
     --worker-start is spawn; a program always gets a fresh interpreter to wrap it."""
     target = config.target
@@ -75,8 +78,8 @@ def torchrun_command(nodes: Nodes, nproc: int, config: RunConfig, status_dir: Pa
         entry = ["--no-python", sys.executable, "-P", "-m", "pyinit.run.wrapper"]
     return [
         sys.executable, "-P", "-m", "pyinit.run.agent",
-        "--nnodes", str(nodes.count), "--node-rank", str(nodes.rank),
-        "--master-addr", nodes.master, "--master-port", str(config.master_port),
+        "--nnodes", str(nodes.count),
+        *store.torchrun_options(rendezvous, nodes.rank, config.join_timeout),
         "--nproc-per-node", str(nproc), "--max-restarts", str(config.max_restarts),
         *config.torchrun_options,
         *entry, str(status_dir), target.kind, target.name, *target.args,
@@ -93,6 +96,7 @@ class Plan:
     status_dir: Path
     log: EventLog
     liveness: Liveness | None
+    rendezvous: Store
     env: dict[str, str]
     command: list[str]  # torchrun's, before pod-init is put in front
     entered: float  # CLOCK_BOOTTIME at pyinit run's start
@@ -104,6 +108,7 @@ class Outcome:
     forwarded: list[int]  # signals forwarded, first first
     survivors: int  # processes ended after the command
     stalls: StallWatch
+    joins: JoinWatch | None  # several nodes: who has joined
 
 
 def run(config: RunConfig, nvml_backend: Any = None, out: IO[str] = sys.stderr) -> int:
@@ -112,18 +117,24 @@ def run(config: RunConfig, nvml_backend: Any = None, out: IO[str] = sys.stderr) 
     closed, and the liveness port is closed."""
     entered = boottime()
     nodes = find_nodes(config.hostfile, {} if config.standalone else os.environ)
+    # Bound before anything is written: a taken port or an address of a family
+    # this host lacks is one line, with no run folder left behind.
+    rendezvous = store.bind(nodes.count, nodes.rank, nodes.master, config.master_port)
     liveness = None
     if nodes.count > 1 and nodes.source in ("hostfile", "slurm"):
-        # Bound before anything is written: a taken port or an address of a family
-        # this host lacks is one line, with no run folder left behind.
         # SLURM's addresses are its node names, resolved as the job's hosts resolve them.
-        liveness = Liveness(nodes.addresses[nodes.rank], config.master_port + 1)
+        try:
+            liveness = Liveness(nodes.addresses[nodes.rank], rendezvous.port + 1)
+        except OSError:
+            rendezvous.close()
+            raise
     folder = config.run_dir or Path(f"pyinit-run/node{nodes.rank}")
     log = EventLog(folder / "events.jsonl", node=nodes.rank)
     ended = False
     try:
         log.write("start", argv=sys.argv, nodes=nodes.to_dict(), pid=os.getpid())
-        plan = prepare(config, nodes, folder, log, liveness, entered, nvml_backend, out)
+        plan = prepare(config, nodes, folder, log, liveness, rendezvous, entered, nvml_backend,
+                       out)  # fmt: skip
         if plan is None:
             ended = True
             return EXIT_FAILURE
@@ -136,13 +147,14 @@ def run(config: RunConfig, nvml_backend: Any = None, out: IO[str] = sys.stderr) 
             log.write("end", status=EXIT_FAILURE, error=f"{type(error).__name__}: {error}")
         raise
     finally:
+        rendezvous.close()
         if liveness is not None:
             liveness.close()
         log.close()
 
 
 def prepare(config: RunConfig, nodes: Nodes, folder: Path, log: EventLog,
-            liveness: Liveness | None, entered: float, nvml_backend: Any,
+            liveness: Liveness | None, rendezvous: Store, entered: float, nvml_backend: Any,
             out: IO[str]) -> Plan | None:  # fmt: skip
     """The preflight, NCCL's files, the environment and the command; None
     (with its end event) when a strict preflight refuses the node."""
@@ -170,6 +182,8 @@ def prepare(config: RunConfig, nodes: Nodes, folder: Path, log: EventLog,
     nproc = config.nproc or gpus or min(os.cpu_count() or 1, 8)
     env = dict(os.environ, PYINIT_NODE_RANK=str(nodes.rank))
     env[RUN_DIR_ENV] = str(folder.resolve())
+    if rendezvous.listening is not None:
+        env[store.FD_ENV] = str(rendezvous.listening.fileno())
     if "GLOO_SOCKET_IFNAME" not in env and (nodes.interface or nodes.count == 1):
         # Gloo finds its interface through the host name (DNS or /etc/hosts); the
         # hostfile already says which address this node is, and one node alone
@@ -181,7 +195,8 @@ def prepare(config: RunConfig, nodes: Nodes, folder: Path, log: EventLog,
         log.phase("nccl files", configured, boottime())
     status_dir = folder / "status"
     status_dir.mkdir(parents=True, exist_ok=True)
-    for pattern in ("rank-*.json", "attempt-*", "progress-rank*", "stack-rank*", FAILURES_FILE):
+    for pattern in ("rank-*.json", "attempt-*", "progress-rank*", "stack-rank*", FAILURES_FILE,
+                    store.JOINED_FILE):  # fmt: skip
         for stale in status_dir.glob(pattern):
             stale.unlink()
     # A reused --run-dir: the report reads the last run's events, so only its step records.
@@ -190,8 +205,11 @@ def prepare(config: RunConfig, nodes: Nodes, folder: Path, log: EventLog,
     if config.stall_timeout > 0:
         for key, value in flight_recorder_env(folder, status_dir).items():
             env.setdefault(key, value)
-    command = torchrun_command(nodes, nproc, config, status_dir)
-    return Plan(config, nodes, folder, status_dir, log, liveness, env, command, entered)
+    command = torchrun_command(nodes, nproc, config, status_dir, rendezvous)
+    log.write("rendezvous", endpoint=rendezvous.endpoint, serving=rendezvous.listening is not None,
+              join_timeout=config.join_timeout)  # fmt: skip
+    return Plan(config, nodes, folder, status_dir, log, liveness, rendezvous, env, command,
+                entered)  # fmt: skip
 
 
 def _configure_nccl(node: Any, nodes: Nodes, folder: Path, env: dict[str, str], log: EventLog,
@@ -252,6 +270,15 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
                             announce=liveness.report_stall if liveness else None)  # fmt: skip
         if liveness is not None and config.stall_timeout > 0:
             liveness.watch_peers(nodes.addresses, nodes.rank, stalls.peer_stall)
+        joins = None
+        if liveness is not None:
+
+            def say(line: str) -> None:
+                print(f"pyinit run: {line}", file=out, flush=True)
+
+            joins = JoinWatch(plan.status_dir / store.JOINED_FILE, liveness, nodes.addresses,
+                              nodes.rank, config.join_timeout, say)  # fmt: skip
+            joins.start()
 
         def on_tick() -> None:
             restarts.check()
@@ -268,13 +295,15 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
         )  # fmt: skip
         restarts.check()  # an attempt that began and ended between two looks
         stalls.finish()  # a stall being looked into when the workers ended
+        if joins is not None:
+            joins.stop()
         if monitor is not None:
             monitor.terminate()
             monitor.wait()
         survivors = _native.end_children()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    return Outcome(code, forwarded, survivors, stalls)
+    return Outcome(code, forwarded, survivors, stalls, joins)
 
 
 def conclude(plan: Plan, outcome: Outcome, out: IO[str]) -> int:
@@ -298,7 +327,14 @@ def conclude(plan: Plan, outcome: Outcome, out: IO[str]) -> int:
     if failures and not forwarded and status not in (0, EXIT_STALLED):
         first = failures[0]
         print(f"pyinit run: rank {first['rank']} failed first ({_how(first)})", file=out)
-    if status != 0 and liveness is not None:
+    joins = outcome.joins
+    if status != 0 and joins is not None and not joins.has_joined() and not forwarded:
+        missing = joins.missing()
+        fields["not_joined"] = missing
+        who = ", ".join(missing) if missing else "every node"
+        print(f"pyinit run: {who} did not join within {config.join_timeout:g} s "
+              "(--join-timeout)", file=out)  # fmt: skip
+    elif status != 0 and liveness is not None:
         lost = liveness.unreachable(nodes.addresses, nodes.rank)
         fields["unreachable_nodes"] = [{"rank": r, "address": nodes.addresses[r]} for r in lost]
         for r in lost:
@@ -307,8 +343,27 @@ def conclude(plan: Plan, outcome: Outcome, out: IO[str]) -> int:
     if liveness is not None and status != 0:
         # The other nodes are checking who is gone right now: stay reachable a moment.
         time.sleep(LIVENESS_LINGER_S)
-    print(f"pyinit run: exited with status {status}", file=out)
+    details = plan.folder / AGENT_LOG
+    if status != 0 and not failures and not forwarded and not fields.get("not_joined") and not (
+            stalls.stalls or stalls.peer_stalls):  # fmt: skip
+        # No worker failed: the agent did, before or between them; its last word says why.
+        said = _last_line(details)
+        if said:
+            print(f"pyinit run: torchrun's agent failed: {said}", file=out)
+    where = f"; torchrun's own log: {details}" if status != 0 and details.exists() else ""
+    print(f"pyinit run: exited with status {status}{where}", file=out)
     return status
+
+
+def _last_line(path: Path) -> str:
+    """The last line of a log that is not blank, or ""."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return next((line.strip() for line in reversed(lines) if line.strip()), "")
 
 
 def failure_records(status_dir: Path) -> list[dict[str, Any]]:

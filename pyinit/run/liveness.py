@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from pyinit.jsonfile import parse_json
@@ -112,3 +114,47 @@ def stall_verdict(line: bytes | None) -> dict[str, Any] | None:
     if not isinstance(count, int) or isinstance(count, bool):
         return None
     return verdict
+
+
+JOIN_REPORT_S = 5.0  # how often a node that waits for the others says who is missing
+
+
+class JoinWatch:
+    """Until this node's agent has joined the rendezvous (its mark in the
+    status folder), says every few seconds which nodes are missing: those
+    whose pyinit run does not answer on its liveness port. A thread of its
+    own: asking a node that is not there takes a timeout, which the
+    supervisor's tick must not wait for."""
+
+    def __init__(self, joined: Path, liveness: Liveness, addresses: Sequence[str], rank: int,
+                 limit_s: float, say: Callable[[str], None]) -> None:  # fmt: skip
+        self.joined, self.liveness, self.limit_s, self.say = joined, liveness, limit_s, say
+        self.addresses, self.rank = addresses, rank
+        self._done = threading.Event()
+        self._began = time.monotonic()
+
+    def start(self) -> None:
+        threading.Thread(target=self._watch, name="pyinit-join", daemon=True).start()
+
+    def stop(self) -> None:
+        self._done.set()
+
+    def has_joined(self) -> bool:
+        return self.joined.exists()
+
+    def missing(self) -> list[str]:
+        """'node K (ADDRESS)' for each node whose pyinit run does not answer."""
+        lost = self.liveness.unreachable(self.addresses, self.rank)
+        return [f"node {r} ({self.addresses[r]})" for r in lost]
+
+    def _watch(self) -> None:
+        while not self._done.wait(JOIN_REPORT_S):
+            if self.has_joined():
+                return
+            waited = f"{time.monotonic() - self._began:.0f} s of --join-timeout {self.limit_s:g}"
+            missing = self.missing()
+            if missing:
+                self.say(f"waiting for {', '.join(missing)} to join (no pyinit run answers "
+                         f"there): {waited}")  # fmt: skip
+            else:
+                self.say(f"waiting for the rendezvous (every node's pyinit run answers): {waited}")

@@ -31,6 +31,7 @@ import runpy
 import signal
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ from pyinit.run.progress import (
     stack_path,
 )
 from pyinit.run.steps import StepLog, steps_path
+from pyinit.run.store import FD_ENV as STORE_FD_ENV
 
 
 def _record(status_dir: Path, code: int) -> None:
@@ -192,6 +194,11 @@ def watch_progress(status_dir: Path, rank: int) -> ProgressWriter:
 
 def main() -> None:
     entered = boottime()
+    # Forked from the agent, whose sys.stderr is its log file: the script's
+    # output and tracebacks go to the terminal, as they would without us.
+    sys.stderr = sys.__stderr__
+    # The agent's alone (the script's own subprocesses must not take it for theirs).
+    os.environ.pop(STORE_FD_ENV, None)
     # torchrun's agent is the parent: if it dies (even by KILL), so does this worker.
     _native.die_with_parent(signal.SIGKILL, os.getppid())
     # Forked from the agent, the worker inherits its handlers: a worker ends on
@@ -237,6 +244,13 @@ def main() -> None:
             e = SystemExit(1)
         _record(Path(status_dir), code)
         raise e from None
+    except Exception:
+        # The script's own traceback, on the terminal as without us: a worker forked
+        # by torchrun would otherwise hand it to the agent, whose log keeps it.
+        traceback.print_exc()
+        _finish_saves()
+        _record(Path(status_dir), 1)
+        sys.exit(1)
     except BaseException:
         _finish_saves()
         _record(Path(status_dir), 1)

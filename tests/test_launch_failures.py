@@ -1,0 +1,93 @@
+"""What `pyinit run` says when the launch goes wrong: a taken port is one line
+before anything starts, one node's store is on the loopback on a free port
+(two runs on one machine do not collide), a missing node is waited for aloud
+and named at --join-timeout, and torch's own tracebacks go to agent.log while
+the script's own reach the terminal."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+
+def pyinit_run(pyinit_bin, *args, timeout=120) -> subprocess.CompletedProcess:
+    return subprocess.run([pyinit_bin, "run", "--monitor-interval", "0", *args],
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+
+def events(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+
+
+def test_a_taken_port_is_one_line_and_nothing_starts(pyinit_bin, tmp_path):
+    script = tmp_path / "ok.py"
+    script.write_text("pass\n")
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = pyinit_run(pyinit_bin, "--master-port", str(port), "--run-dir", tmp_path / "run",
+                            "--", script)  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert result.stderr == (f"pyinit: cannot listen on 127.0.0.1:{port} for the rendezvous "
+                             "store: Address already in use (another run holds it: choose "
+                             "another with --master-port, or leave it out on a single node "
+                             "for a free one)\n")  # fmt: skip
+    assert not (tmp_path / "run").exists()
+
+
+def test_two_single_node_runs_share_a_machine(pyinit_bin, tmp_path):
+    """Each takes a free loopback port for its store: neither holds 29500 or
+    listens beyond the loopback."""
+    script = tmp_path / "group.py"
+    script.write_text("import time, torch.distributed as dist\ndist.init_process_group('gloo')\n"
+                      "dist.barrier()\ntime.sleep(2)\n")  # fmt: skip
+    runs = [subprocess.Popen([pyinit_bin, "run", "--nproc-per-node", "2", "--monitor-interval",
+                              "0", "--run-dir", tmp_path / f"run{i}", "--", script],
+                             stderr=subprocess.PIPE, text=True) for i in range(2)]  # fmt: skip
+    for run in runs:
+        _, err = run.communicate(timeout=180)
+        assert run.returncode == 0, err[-3000:]
+    endpoints = [next(e for e in events(tmp_path / f"run{i}") if e["event"] == "rendezvous")
+                 for i in range(2)]  # fmt: skip
+    hosts = {e["endpoint"].rsplit(":", 1)[0] for e in endpoints}
+    ports = {e["endpoint"].rsplit(":", 1)[1] for e in endpoints}
+    assert hosts == {"127.0.0.1"} and len(ports) == 2 and "29500" not in ports
+
+
+def test_a_missing_node_is_waited_for_aloud_and_named(pyinit_bin, tmp_path):
+    script = tmp_path / "ok.py"
+    script.write_text("pass\n")
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("127.0.0.1\n192.0.2.99\n")  # this node, and one that never comes
+    began = time.monotonic()
+    result = pyinit_run(pyinit_bin, "--hostfile", hostfile, "--join-timeout", "8", "--preflight",
+                        "off", "--run-dir", tmp_path / "run", "--", script)  # fmt: skip
+    took = time.monotonic() - began
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "pyinit run: waiting for node 1 (192.0.2.99) to join" in result.stderr
+    assert "pyinit run: node 1 (192.0.2.99) did not join within 8 s (--join-timeout)" in (
+        result.stderr)  # fmt: skip
+    assert "Traceback" not in result.stderr and took < 60, (took, result.stderr[-3000:])
+    assert result.stderr.rstrip().splitlines()[-1].startswith("pyinit run: exited with status 1")
+    end = events(tmp_path / "run")[-1]
+    assert end["not_joined"] == ["node 1 (192.0.2.99)"]
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_the_script_s_traceback_shows_and_torch_s_goes_to_the_log(pyinit_bin, tmp_path, start):
+    script = tmp_path / "boom.py"
+    script.write_text("raise ValueError('boom in the script')\n")
+    result = pyinit_run(pyinit_bin, "--nproc-per-node", "1", "--worker-start", start, "--run-dir",
+                        tmp_path / "run", "--", script)  # fmt: skip
+    assert result.returncode == 1
+    assert "ValueError: boom in the script" in result.stderr
+    assert "ChildFailedError" not in result.stderr and "torch/distributed" not in result.stderr
+    assert result.stderr.count("ValueError: boom in the script") == 1
+    agent_log = tmp_path / "run" / "agent.log"
+    assert "ChildFailedError" in agent_log.read_text()
+    assert result.stderr.rstrip().splitlines()[-1] == (
+        f"pyinit run: exited with status 1; torchrun's own log: {agent_log}")  # fmt: skip
