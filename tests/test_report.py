@@ -274,3 +274,43 @@ def test_chromium_shows_the_charts_without_console_errors(pyinit_bin, tmp_path):
     # several of the category colours must be on screen, not a blank page.
     assert distinct_colours(shot, (0, 120, 1000, 1100)) >= 5
     assert np.asarray(struct.unpack(">II", shot.read_bytes()[16:24])).tolist() == [1000, 1400]
+
+
+@pytest.mark.parametrize("end, extra, ended", [
+    ({"status": 3, "failures": [{"rank": 1, "exit": 3, "signal": None, "time": 5.0}]}, [],
+     "exit 3, rank 1 failed first (exit 3)"),
+    ({"status": 137, "failures": [{"rank": 0, "exit": -9, "signal": "SIGKILL", "time": 5.0}]},
+     [], "exit 137, rank 0 failed first (killed by SIGKILL)"),
+    ({"status": 124}, [{"event": "stall", "causes": [2], "boottime": 14.0}],
+     "exit 124, ended by a stall: rank 2"),
+    ({"status": 143}, [{"event": "signal", "signal": "SIGTERM", "boottime": 14.0}],
+     "exit 143, ended by SIGTERM"),
+    ({"status": 1, "not_joined": ["node 1 (192.0.2.99)"]}, [],
+     "exit 1, did not start: node 1 (192.0.2.99) did not join"),
+    ({"status": 1, "reason": "preflight errors (strict)"}, [],
+     "exit 1, did not start: preflight errors (strict)"),
+    ({"status": 1}, [], "exit 1, failed before any worker did (torchrun's agent: see agent.log)"),
+])  # fmt: skip
+def test_a_failed_run_says_how_it_ended_first(tmp_path, end, extra, ended):
+    """A run that died was once "No loss above 0.5 %: the run spent its time in steps"."""
+    events = [
+        {"boottime": 10.0, "event": "start"},
+        *extra,
+        {"boottime": 15.0, "event": "end", **end},
+    ]
+    document = report.build([write_run(tmp_path / "run", events, {})], price=None).summary()
+    assert report.ended_line(document) == ended
+    assert not document["outcome"]["healthy"]
+    assert (
+        document["findings"][0]
+        == f"The run failed (exit {end['status']}): {ended.split(', ', 1)[1]}."
+    )
+    assert not any("No loss" in note for note in document["findings"])
+    assert f"ended: {ended}\n" in report.text(document)
+
+
+def test_a_run_without_a_step_is_not_healthy_even_when_it_exits_0(tmp_path):
+    events = [{"boottime": 10.0, "event": "start"}, {"boottime": 12.0, "event": "end", "status": 0}]
+    document = report.build([write_run(tmp_path / "run", events, {})], price=None).summary()
+    assert report.ended_line(document) == "exit 0, finished without a single step"
+    assert document["findings"][0].startswith("The run failed (exit 0)")

@@ -214,6 +214,42 @@ def read_node(folder: Path, missing: list[str]) -> Node:
     )
 
 
+def node_outcome(node: Node) -> dict[str, Any]:
+    """How this node's run ended, from its last end event: the status, and
+    one line saying why (the first failure, the stall, the nodes that never
+    joined, the refusal to start, the signal)."""
+    ends = [e for e in node.events if e.get("event") == "end"]
+    if not ends:
+        return {"status": None, "how": "no end: killed, or still going"}
+    end = ends[-1]
+    status = _real(end.get("status"))
+    status = int(status) if status == status else None
+    failures = [f for f in end.get("failures") or [] if isinstance(f, dict)]
+    signals = [e.get("signal") for e in node.events if e.get("event") == "signal"]
+    stalls = [e for e in node.events if e.get("event") in ("stall", "peer_stall")]
+    if status == 0:
+        how = "finished"
+    elif end.get("not_joined"):
+        how = f"did not start: {', '.join(map(str, end['not_joined']))} did not join"
+    elif end.get("reason") or end.get("error"):
+        how = f"did not start: {end.get('reason') or end.get('error')}"
+    elif stalls:
+        causes = stalls[-1].get("causes") or []
+        named = ", ".join(f"rank {c['rank'] if isinstance(c, dict) else c}" for c in causes)
+        how = f"ended by a stall{': ' + named if named else ''}"
+    elif signals:
+        how = f"ended by {signals[0]}"
+    elif failures:
+        first = failures[0]
+        cause = (
+            f"killed by {first['signal']}" if first.get("signal") else f"exit {first.get('exit')}"
+        )
+        how = f"rank {first.get('rank')} failed first ({cause})"
+    else:
+        how = "failed before any worker did (torchrun's agent: see agent.log)"
+    return {"status": status, "how": how}
+
+
 def _wall_to_boot(events: list[dict]) -> float:
     """Wall clock minus CLOCK_BOOTTIME, from the events that carry both."""
     pairs = [
@@ -295,6 +331,18 @@ class Report:
     def totals(self) -> dict[str, float]:
         return {key: sum(r.seconds[key] for r in self.ranks) for key in COLOURS}
 
+    def outcome(self) -> dict[str, Any]:
+        """How the run ended: the first node that did not finish names it (its
+        status is the run's), a node with no end event makes it unknown, and a
+        run that made no step failed whatever its status says."""
+        outcomes = [node_outcome(n) for n in self.nodes]
+        bad = next((o for o in outcomes if o["status"] != 0), None)
+        ended = bad or outcomes[0]
+        steps = sum(r.steps for r in self.ranks)
+        healthy = bad is None and steps > 0
+        how = ended["how"] if steps or bad else "finished without a single step"
+        return {"status": ended["status"], "how": how, "healthy": healthy}
+
     def summary(self) -> dict[str, Any]:
         totals = self.totals()
         whole = sum(totals.values())
@@ -320,6 +368,7 @@ class Report:
             if len(lengths) and np.sum(lengths) > 0
             else None,
             "ended": all(n.ended for n in self.nodes),
+            "outcome": self.outcome(),
             "missing": self.missing,
         }
         if self.price is not None:
@@ -426,7 +475,11 @@ def findings(report: Report, document: dict[str, Any]) -> list[str]:
             f"The GPUs were {util:.0f} % busy on average (monitor): below the 75 % a "
             "training GPU should reach."
         )
-    if not notes:
+    outcome = document["outcome"]
+    if not outcome["healthy"]:
+        status = "no exit status" if outcome["status"] is None else f"exit {outcome['status']}"
+        notes.insert(0, f"The run failed ({status}): {outcome['how']}.")
+    elif not notes:
         notes.append("No loss above 0.5 %: the run spent its time in steps.")
     return notes
 
@@ -459,6 +512,13 @@ def build(folders: list[Path], price: float | None) -> Report:
     return Report(nodes, ranks, "GPU" if gpus else "rank", price, missing)
 
 
+def ended_line(document: dict[str, Any]) -> str:
+    """How the run ended, as the text's `ended:` line and the page say it."""
+    outcome = document["outcome"]
+    status = "no exit status" if outcome["status"] is None else f"exit {outcome['status']}"
+    return f"{status}, {outcome['how']}"
+
+
 def text(document: dict[str, Any]) -> str:
     unit = document["unit"]
     hours = document[f"{unit.lower()}_hours"]
@@ -467,6 +527,7 @@ def text(document: dict[str, Any]) -> str:
         f"{count_of(document['ranks'], unit)} on {count_of(document['nodes'], 'node')}, wall "
         f"{clock_text(document['wall_s'])} from {document['origin']}, {hours:.4f} {unit}-hours"
         + ("" if document["ended"] else " (the run has no end: partial)"),
+        f"ended: {ended_line(document)}",
         f"effective training time {document['effective_training_time']:.1%}",
     ]
     for key, label, _ in CATEGORIES:

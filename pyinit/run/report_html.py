@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from pyinit.run.report import CATEGORIES, COLOURS, LABELS, Report, clock_text, count_of
+from pyinit.run.report import CATEGORIES, COLOURS, LABELS, Report, clock_text, count_of, ended_line
 
 WIDTH = 900
 
@@ -209,7 +209,7 @@ td:first-child, th:first-child { text-align: left; }
 .swatch { display: inline-block; width: 10px; height: 10px; margin-right: 6px; }
 .big { font-size: 28px; font-weight: 600; }
 .label { font-size: 11px; fill: #444; } .frame { fill: #fafafa; stroke: #ccc; }
-.missing { color: #8b1e1e; }
+.missing, .failed { color: #8b1e1e; }
 """
 
 
@@ -284,6 +284,9 @@ def render_html(report: Report, document: dict[str, Any]) -> str:
 {document[f"{unit.lower()}_hours"]:.4f} {unit}-hours, {document["steps"]:,} steps{
         "" if document["ended"] else " <b>(no end: a partial run)</b>"
     }.</p>
+<p class="{"ok" if document["outcome"]["healthy"] else "failed"}">Ended: <b>{
+        html.escape(ended_line(document))
+    }</b></p>
 <p>Effective training time <span class="big">{document["effective_training_time"]:.1%}</span>
 (productive step time over wall time, summed over {unit}s)</p>
 {svg_breakdown(document)}
