@@ -154,7 +154,17 @@ class SlurmCluster:
     def down(self) -> None:
         teardown(self._daemons, self.tag, self.count)
         if self._munged:
-            subprocess.run(["pkill", "-x", "munged"], capture_output=True)
+            stop_munged()
+
+
+def stop_munged() -> None:
+    """TERM, and the wait for it to go: the next cluster must not find it half-stopped."""
+    subprocess.run(["pkill", "-x", "munged"], capture_output=True)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode != 0:
+            return
+        time.sleep(0.1)
 
 
 def teardown(daemons: list, tag: str, count: int) -> None:
@@ -194,11 +204,13 @@ def main() -> int:
         cluster.up()
         (folder / "cluster.json").write_text(json.dumps({
             "pids": [d.pid for d in cluster._daemons], "tag": cluster.tag,
-            "count": cluster.count}))  # fmt: skip
+            "count": cluster.count, "munged": cluster._munged}))  # fmt: skip
         print(f"export SLURM_CONF={cluster.conf}")
         return 0
     state = json.loads((folder / "cluster.json").read_text())
     teardown(state["pids"], state["tag"], state["count"])
+    if state.get("munged"):  # the munged `up` started, not one that was running before
+        stop_munged()
     return 0
 
 

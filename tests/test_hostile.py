@@ -56,7 +56,8 @@ BAD_INPUT = [
     (["pod-init", "nccl", "--sysfs-root", "{sys}", "--out", "{tmp}/out", "--hints", "{bin}"],
      BINARY, 2, "{bin}:1: "),
     (["pod-init", "modules", "--release-dir", "{tmp}", "nvme"], {}, 1, "modules.dep: read: "),
-    (["pod-init", "params", "podinit.bogus=1"], {}, 2, "unknown parameter podinit.bogus"),
+    (["pod-init", "params", "podinit.bogus=1"], {}, 2,
+     "pod-init: argument 1: unknown parameter podinit.bogus"),
     (["pyinit", "topo", "--expect-gpus", "4294967296"], {}, 2, "must be from 0 to 4096"),
     (["pyinit", "topo", "--sysfs-root", NON_UTF8], {}, 1, "bus/pci/devices: list: No such"),
     (["pyinit", "nccl", "--sysfs-root", "{sys}", "--out", "{tmp}/out", "--socket-ifname", ""],
@@ -448,10 +449,11 @@ def test_kill_9_while_writing_leaves_temporaries_the_next_run_removes(pyinit_bin
 def test_shards_of_two_runs_are_not_mixed(tmp_path):
     from pyinit.data import TokenShardDataset, shard
 
-    source = tmp_path / "in.jsonl"
+    source, other = tmp_path / "in.jsonl", tmp_path / "other.jsonl"
     source.write_text("".join(json.dumps({"text": f"doc {i} " * 30}) + "\n" for i in range(200)))
+    other.write_text("".join(json.dumps({"text": f"page {i} " * 30}) + "\n" for i in range(200)))
     shard([str(source)], str(tmp_path / "a"), 2)
-    shard([str(source)], str(tmp_path / "b"), 2)
+    shard([str(other)], str(tmp_path / "b"), 2)  # another set: its run id differs
     a0, b1 = tmp_path / "a/shard-00000-of-00002.tok", tmp_path / "b/shard-00001-of-00002.tok"
     with pytest.raises(ValueError, match="come from different `pyinit shard` runs"):
         TokenShardDataset([a0, b1], 8, 0, 1)

@@ -95,6 +95,10 @@ def test_every_command_works_or_names_its_extra(bare_env, tmp_path):
         ([pyinit, "nccl", "--sysfs-root", sysfs, "--no-nvml", "--hostfile", hosts64, "--node",
           "63", "--out", tmp_path / "n63"], 0, "this is node-63"),
         ([bare_env / "bin/python", "-c", IO_WALK, data], 0, "written and streamed"),
+        # Bad usage is its own one line: no note about the missing plot before it.
+        ([pyinit, "bench", "io", "--bs", "1000", data], 2, "pyinit: --bs 1000 is not a multiple"),
+        ([pyinit, "bench", "io", "--no-fio", "--runtime", "0.2", "--rounds", "1", data,
+          "--out", tmp_path / "io"], 0, f"wrote {tmp_path / 'io' / 'io.json'}\n"),
     ]  # fmt: skip
     for command, status, fragment in cases:
         proc = subprocess.run([str(c) for c in command], capture_output=True, text=True,
@@ -104,6 +108,8 @@ def test_every_command_works_or_names_its_extra(bare_env, tmp_path):
         assert fragment in shown, (command, shown[-2000:])
         if status != 1:
             assert "Traceback" not in shown, (command, shown[-2000:])
+        if status == 2:
+            assert len(proc.stderr.strip().splitlines()) == 1, (command, proc.stderr)
 
 
 def test_the_source_tree_without_its_module_says_what_to_do():

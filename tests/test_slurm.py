@@ -167,3 +167,30 @@ def test_eight_nodes_join_and_name_a_killed_one(pyinit_bin, shards, tmp_path):
         end = events(tmp_path / "runs" / name)[-1]
         assert end["event"] == "end" and end["status"] != 0, end
         assert end["unreachable_nodes"] == [{"rank": 7, "address": "node7"}], end
+
+
+def test_the_command_line_cluster_leaves_nothing_running(tmp_path):
+    """`slurm_cluster.py down` once left the munged that `up` had started."""
+    import subprocess
+    import sys
+
+    need_slurm()
+
+    def munged_running() -> bool:
+        return subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode == 0
+
+    before = munged_running()
+    script = Path(__file__).parent / "slurm_cluster.py"
+    up = subprocess.run([sys.executable, script, "up", "1", tmp_path], capture_output=True,
+                        text=True, timeout=120)  # fmt: skip
+    assert up.returncode == 0, up.stderr[-2000:]
+    assert up.stdout.startswith("export SLURM_CONF=")
+    down = subprocess.run([sys.executable, script, "down", tmp_path], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert down.returncode == 0, down.stderr[-2000:]
+    for pid in json.loads((tmp_path / "cluster.json").read_text())["pids"]:
+        assert (
+            not Path(f"/proc/{pid}").exists()
+            or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+        )
+    assert munged_running() == before

@@ -115,24 +115,28 @@ void apply_init_params(const std::vector<std::string>& words, const std::string&
   }
 }
 
+void apply_init_line(std::string_view line, const std::string& where, InitConfig* config,
+                     std::vector<std::string>* errors) {
+  while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+  // A comment is a whole line: a value keeps its '#' (podinit.cmd=/bin/train --tag=#3).
+  if (!line.empty() && line.front() == '#') return;
+  while (!line.empty() && (line.back() == ' ' || line.back() == '\t' || line.back() == '\r')) {
+    line.remove_suffix(1);
+  }
+  if (line.empty()) return;
+  if (line.rfind(kPrefix, 0) != 0 || line.find('=') == std::string_view::npos) {
+    errors->push_back(where + ": expected podinit.KEY=VALUE, got '" + std::string(line) + "'");
+    return;
+  }
+  // The value is the rest of the line, so podinit.cmd= needs no quotes here.
+  std::string problem = apply_word(std::string(line), config);
+  if (!problem.empty()) errors->push_back(where + ": " + problem);
+}
+
 void apply_init_file(std::string_view text, const std::string& path, InitConfig* config,
                      std::vector<std::string>* errors) {
   for_each_line(text, [&](int number, std::string_view line) {
-    while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
-    // A comment is a whole line: a value keeps its '#' (podinit.cmd=/bin/train --tag=#3).
-    if (!line.empty() && line.front() == '#') return 0;
-    while (!line.empty() && (line.back() == ' ' || line.back() == '\t' || line.back() == '\r')) {
-      line.remove_suffix(1);
-    }
-    if (line.empty()) return 0;
-    std::string where = path + ":" + std::to_string(number);
-    if (line.rfind(kPrefix, 0) != 0 || line.find('=') == std::string_view::npos) {
-      errors->push_back(where + ": expected podinit.KEY=VALUE, got '" + std::string(line) + "'");
-      return 0;
-    }
-    // The value is the rest of the line, so podinit.cmd= needs no quotes here.
-    std::string problem = apply_word(std::string(line), config);
-    if (!problem.empty()) errors->push_back(where + ": " + problem);
+    apply_init_line(line, path + ":" + std::to_string(number), config, errors);
     return 0;
   });
 }

@@ -40,6 +40,9 @@ void apply_init_params(const std::vector<std::string>& words, const std::string&
 // Errors name the file and line.
 void apply_init_file(std::string_view text, const std::string& path, InitConfig* config,
                      std::vector<std::string>* errors);
+// One such line, its errors prefixed with `where` ("FILE:LINE", "argument 2").
+void apply_init_line(std::string_view line, const std::string& where, InitConfig* config,
+                     std::vector<std::string>* errors);
 
 const char* end_action_name(EndAction action);
 

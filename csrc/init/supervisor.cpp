@@ -183,22 +183,24 @@ void start_child(Supervision* run) {
   close(report[0]);
 }
 
-// Passes a signal on to the command; TERM and INT start the grace period.
+// Passes a signal on to the command; TERM and INT start the grace period. One
+// line per signal: the grace's (always said), else -v's.
 void forward(Supervision* run, int sig) {
   const SupervisorOptions& options = run->options;
+  const bool starts_grace = (sig == SIGTERM || sig == SIGINT) && run->kill_at == 0;
+  const std::string to =
+      std::string("forwarded ") + sigabbrev_np(sig) +
+      (options.process_group ? " to the command's process group" : " to the command");
   // ESRCH: it ended and is reaped below; anything else is worth a line.
   if (kill(run->target, sig) != 0 && errno != ESRCH) {
     run->log(std::string("cannot forward ") + sigabbrev_np(sig) + ": " + errno_text(errno));
+  } else if (starts_grace) {
+    run->log(to + "; KILL in " + std::to_string(options.grace_ms) + " ms if it has not ended");
   } else if (options.verbose) {
-    run->log(std::string("forwarded ") + sigabbrev_np(sig) +
-             (options.process_group ? " to the command's process group" : " to the command"));
+    run->log(to);
   }
   if (options.on_signal) options.on_signal(sig);
-  if ((sig == SIGTERM || sig == SIGINT) && run->kill_at == 0) {
-    run->kill_at = monotonic_ms() + options.grace_ms;
-    run->log(std::string("forwarded ") + sigabbrev_np(sig) + " to the command; KILL in " +
-             std::to_string(options.grace_ms) + " ms if it has not ended");
-  }
+  if (starts_grace) run->kill_at = monotonic_ms() + options.grace_ms;
 }
 
 // Reaps everything that ended: the command, and orphans that re-parented here.

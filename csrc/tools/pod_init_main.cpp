@@ -269,11 +269,13 @@ int run_modules(const pod_init::ParsedCommand& args) {
 }
 
 int run_params(const pod_init::ParsedCommand& args) {
-  std::string text;
-  for (const std::string& line : args.operands) text += line + "\n";
   pod_init::InitConfig config;
   std::vector<std::string> errors;
-  pod_init::apply_init_file(text, "/etc/pod-init.conf", &config, &errors);
+  // Each LINE is checked as PID 1 reads /etc/pod-init.conf; a problem names the argument.
+  for (size_t i = 0; i < args.operands.size(); ++i) {
+    pod_init::apply_init_line(args.operands[i], "argument " + std::to_string(i + 1), &config,
+                              &errors);
+  }
   for (const std::string& error : errors) std::fprintf(stderr, "pod-init: %s\n", error.c_str());
   return errors.empty() ? kExitOk : kExitUsage;
 }

@@ -132,10 +132,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     require("torch", "pyinit bench checkpoint")
-    note_missing("matplotlib", "the PNG", "pyinit bench checkpoint")
     folder = Path(args.dir)
     if not folder.is_dir():
         raise InputError(f"--dir {folder}: no such folder")
+    note_missing("matplotlib", "the PNG", "pyinit bench checkpoint")  # once the arguments are good
     tools = [t for t in TOOLS if t != "fio" or (not args.no_fio and shutil.which("fio"))]
     try:
         import safetensors  # noqa: F401
@@ -175,5 +175,6 @@ def main(args: argparse.Namespace) -> int:
                 "folder": str(folder), "bytes": size, "tensors": len(tensors),
                 "rounds": args.rounds, "results": results, "table": table}  # fmt: skip
     out = write_json(Path(args.out) / "checkpoint.json", document, indent=2)
-    print("wrote", out, "plot:", plot(document, out.with_suffix(".png")))
+    png = out.with_suffix(".png")
+    print(f"wrote {out}" + (f" and {png}" if plot(document, png) else ""))
     return 0

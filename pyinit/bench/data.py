@@ -227,8 +227,8 @@ def plot(document: dict, path: Path) -> bool:
     ax.set_xticklabels(states)
     ax.set_ylabel("batches per second")
     ax.set_yscale("log")
-    ax.set_title(f"Batches of {document['batch']} x {document['seq_len']} tokens from shards, "
-                 f"page cache cold and warm\n{document['machine']}")  # fmt: skip
+    ax.set_title(f"Batches of {document['batch']} x {document['seq_len']} tokens from shards,\n"
+                 f"page cache cold and warm\n{document['machine']}", fontsize="medium")  # fmt: skip
     ax.legend()
     return save_figure(fig, path)
 

@@ -368,7 +368,8 @@ def plot(document: dict, path: Path) -> bool:
         ax.set_title(pattern)
         ax.set_ylabel("read latency, µs (log scale)")
         ax.legend(fontsize="small")
-    fig.suptitle(f"O_DIRECT reads, pod-init's reader beside fio: {document['target_kind']}\n"
+    beside = " beside fio" if document["fio"] else ""
+    fig.suptitle(f"O_DIRECT reads, pod-init's reader{beside}: {document['target_kind']}\n"
                  f"{document['machine']}, {document['date']}")  # fmt: skip
     return save_figure(fig, path)
 
@@ -403,7 +404,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    note_missing("matplotlib", "the PNG", "pyinit bench io")
     if (args.target is None) == (args.loop is None):
         raise InputError("give a TARGET or --loop SIZE")
     patterns = chosen_patterns(args)
@@ -414,6 +414,7 @@ def main(args: argparse.Namespace) -> int:
             f"{args.target or '--loop'} holds {size} bytes, less than one {largest}-byte block: "
             "give a file or device with more data (or --loop SIZE)"
         )
+    note_missing("matplotlib", "the PNG", "pyinit bench io")  # once the arguments are good
     fio = shutil.which("fio") if not args.no_fio else None
     if not args.no_fio and fio is None:
         print("pyinit bench io: fio is not installed; measuring our reader alone", file=sys.stderr)
@@ -431,7 +432,8 @@ def main(args: argparse.Namespace) -> int:
                 "page_cache_dropped": dropped, "fio": fio_version() if fio else None,
                 "results": [r.fio_json() for r in results], "table": table}  # fmt: skip
     out = write_json(Path(args.out) / "io.json", document, indent=2)
-    print("wrote", out, "plot:", plot(document, out.with_suffix(".png")))
+    png = out.with_suffix(".png")
+    print(f"wrote {out}" + (f" and {png}" if plot(document, png) else ""))
     return 0
 
 

@@ -15,6 +15,7 @@ temporary one, and a half-written file never has a valid header.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import struct
 from collections.abc import Iterator
@@ -191,7 +192,10 @@ class ShardWriter:
         self.final = final
         self.temp = temporary_name(final)
         self._file: BinaryIO = open(self.temp, "wb")  # noqa: SIM115 - closed in commit/discard
-        self._run_id = run_id
+        # The set's id, written into the header by finish(): a caller that derives
+        # it from the content (the sharder) sets it once every shard is filled.
+        self.run_id = run_id
+        self.content = hashlib.blake2b(digest_size=16)  # the tokens and documents, in order
         with self._naming_errors():
             self._file.write(bytes(HEADER_BYTES))
         self._dtype = TOKEN_DTYPES[token_bytes]
@@ -214,8 +218,11 @@ class ShardWriter:
 
     def append(self, tokens: np.ndarray, document_lengths: np.ndarray) -> None:
         """Documents laid end to end: their tokens and how many each has."""
+        data = tokens.astype(self._dtype, copy=False).tobytes()
+        self.content.update(data)
+        self.content.update(document_lengths.astype("<u8").tobytes())
         with self._naming_errors():
-            self._file.write(tokens.astype(self._dtype, copy=False).tobytes())
+            self._file.write(data)
         self._document_lengths.append(document_lengths.astype(np.uint64))
         self.token_count += int(tokens.size)
         self.document_count += int(document_lengths.size)
@@ -229,7 +236,7 @@ class ShardWriter:
             self._vocab_size,
             self._eot,
             *self._shard,
-            self._run_id,
+            self.run_id,
         )
         lengths = np.concatenate([np.zeros(1, np.uint64), *self._document_lengths])
         f = self._file

@@ -288,11 +288,11 @@ def shard(
     for leftover in dead_temporaries(out):
         leftover.unlink(missing_ok=True)
         summary.removed_temporaries += 1
-    run_id = int.from_bytes(os.urandom(8), "little")
     start = time.monotonic()
-    writers = _write_shards(inputs, out, created, tok, token_bytes, run_id, summary,
+    writers = _write_shards(inputs, out, created, tok, token_bytes, summary,
                             _Progress(progress, total_bytes), text_field, fmt,
                             skip_invalid)  # fmt: skip
+    run_id = writers[0].run_id
     # One publish step that readers can tell from a whole set: the old manifest goes
     # first (the folder no longer holds a whole set), the shards take their names,
     # and the new manifest, naming this run, comes last.
@@ -344,7 +344,7 @@ def _checked_arguments(
 
 
 def _write_shards(inputs: Sequence[str], out: Path, created: bool, tok: Tokenizer, token_bytes: int,
-                  run_id: int, summary: ShardSummary, progress: _Progress, text_field: str,
+                  summary: ShardSummary, progress: _Progress, text_field: str,
                   fmt: str, skip_invalid: bool) -> list[ShardWriter]:  # fmt: skip
     """Every record into the shards' hidden files, finished (synced) but not
     yet named; on any failure, nothing is left and a folder this run made is gone."""
@@ -354,7 +354,7 @@ def _write_shards(inputs: Sequence[str], out: Path, created: bool, tok: Tokenize
         for i in range(shard_count):
             final = out / shard_name(i, shard_count)
             writers.append(
-                ShardWriter(final, token_bytes, tok.vocab_size, tok.eot, i, shard_count, run_id)
+                ShardWriter(final, token_bytes, tok.vocab_size, tok.eot, i, shard_count, 0)
             )
         _fill(inputs, fmt, text_field, skip_invalid, tok, writers, summary, progress)
         if summary.records == 0:
@@ -367,7 +367,12 @@ def _write_shards(inputs: Sequence[str], out: Path, created: bool, tok: Tokenize
                 f"{shard_count} shards for {summary.records} records: "
                 "ask for at most as many shards as there are records"
             )
+        # The same inputs and options give the same id, so the same bytes; shards
+        # of a different set still carry a different one, and are refused together.
+        run_id = set_id(writers, f"{tok.name}/{tok.vocab_size}/{tok.eot}/{token_bytes}/{fmt}/"
+                        f"{text_field}/{skip_invalid}")  # fmt: skip
         for writer in writers:
+            writer.run_id = run_id
             writer.finish()
     except BaseException:
         for writer in writers:
@@ -377,6 +382,14 @@ def _write_shards(inputs: Sequence[str], out: Path, created: bool, tok: Tokenize
                 out.rmdir()
         raise
     return writers
+
+
+def set_id(writers: Sequence[ShardWriter], options: str) -> int:
+    """A set's run id from what it holds: the options, then each shard's tokens."""
+    digest = hashlib.blake2b(options.encode(), digest_size=8)
+    for writer in writers:
+        digest.update(writer.content.digest())
+    return int.from_bytes(digest.digest(), "little")
 
 
 def _open_files_for(shard_count: int) -> None:
