@@ -110,3 +110,25 @@ def test_the_chart(pyinit_bin, tmp_path):
     done = timeline(pyinit_bin, EVENTS, "--png", tmp_path / "t.png")
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_chart_shows_the_start_not_the_steps(monkeypatch, tmp_path):
+    """Scaled to the whole run, minutes of steps left the phases the chart is
+    titled after as slivers."""
+    pytest.importorskip("matplotlib")
+    import pyinit.plotting
+    from pyinit.run import timeline
+
+    shown = {}
+
+    def keep(fig, path):
+        import matplotlib.pyplot as plt
+
+        shown["xlim"] = fig.axes[0].get_xlim()
+        plt.close(fig)
+        return True
+
+    monkeypatch.setattr(pyinit.plotting, "save_figure", keep)
+    built = timeline.build(timeline.read_events(EVENTS))
+    assert timeline.plot(built, tmp_path / "t.png")
+    assert shown["xlim"] == pytest.approx((0, built.first_step_s * 1.15))

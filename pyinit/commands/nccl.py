@@ -45,7 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds of timing for --tune (torchrun's start comes on top)")  # fmt: skip
     add("--cache", metavar="DIR", help="tuning cache (default $POD_INIT_CACHE/nccl-tuning, "
         "else /var/cache/pod-init/nccl-tuning)")  # fmt: skip
-    add("--proc-root", default="/proc", metavar="DIR", help=argparse.SUPPRESS)
+    add("--proc-root", default="/proc", metavar="DIR",
+        help="whose cpuinfo names the CPU in nccl-topo.xml (with a fixture: its own, or an "
+        "empty folder to leave the CPU to NCCL)")  # fmt: skip
 
 
 def main(args: argparse.Namespace) -> int:

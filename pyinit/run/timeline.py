@@ -266,5 +266,9 @@ def plot(timeline: Timeline, path: Path) -> bool:
     if timeline.first_step_s is not None:
         title += f" on every rank: {timeline.first_step_s:.2f} s"
     ax.set_title(title + "\n(ticks: each rank's end of the phase)", fontsize="medium")
+    if timeline.first_step_s is not None:
+        # The chart is about the start: minutes of steps after it would make every
+        # phase before it a sliver. Phases that run on past the edge are cut there.
+        ax.set_xlim(0, timeline.first_step_s * 1.15)
     ax.grid(True, axis="x", alpha=0.3)
     return save_figure(fig, path)
