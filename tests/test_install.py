@@ -6,6 +6,7 @@ imported without its compiled module says what to do."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import venv
@@ -18,21 +19,44 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def bare_env(tmp_path_factory) -> Path:
-    """A virtual environment holding pod-init and its required dependencies only."""
-    root = tmp_path_factory.mktemp("bare")
-    wheels = root / "wheels"
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation",
-                            "--no-deps", "-q", "-w", wheels, REPO],
-                           capture_output=True, text=True)  # fmt: skip
-    assert built.returncode == 0, built.stderr[-3000:]
-    env = root / "venv"
+def release(tmp_path_factory) -> Path:
+    """packaging/release's folder: the sdist and the manylinux wheel it built
+    and tried in a venv of its own."""
+    dist = tmp_path_factory.mktemp("dist")
+    built = subprocess.run(["bash", REPO / "packaging" / "release", dist], capture_output=True,
+                           text=True, timeout=1200)  # fmt: skip
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-3000:]
+    assert "pod-init 0." in built.stdout and "release: " in built.stdout
+    return dist
+
+
+@pytest.fixture(scope="module")
+def bare_env(release, tmp_path_factory) -> Path:
+    """A virtual environment holding the release wheel and its required dependencies only."""
+    env = tmp_path_factory.mktemp("bare") / "venv"
     venv.create(env, with_pip=True)
-    wheel = next(wheels.glob("pod_init-*.whl"))
+    wheel = next(release.glob("pod_init-*manylinux*.whl"))
     installed = subprocess.run([env / "bin/pip", "install", "-q", wheel],
                                capture_output=True, text=True)  # fmt: skip
     assert installed.returncode == 0, installed.stderr[-3000:]
     return env
+
+
+@pytest.mark.slow
+def test_the_release_is_an_sdist_and_a_manylinux_wheel(release):
+    import tarfile
+    import zipfile
+
+    wheel = next(release.glob("pod_init-*.whl"))
+    assert re.search(r"-manylinux_2_\d+_x86_64\.whl$", wheel.name), wheel.name
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+    assert any(n.endswith("/scripts/pod-init") for n in names)  # the static executable
+    assert any(re.search(r"pyinit/_native\..*\.so$", n) for n in names)
+    with tarfile.open(next(release.glob("pod_init-*.tar.gz"))) as t:
+        members = {m.name.split("/", 1)[1] for m in t.getmembers() if "/" in m.name}
+    assert {"pyproject.toml", "CMakeLists.txt", "csrc/init/supervisor.cpp"} <= members
+    assert not any(m.startswith((".venv/", "build/", "bench/results/")) for m in members)
 
 
 # The reader's plain calls, a stream and a crash-safe write, with numpy alone.
