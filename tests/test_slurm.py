@@ -143,6 +143,10 @@ def test_scancel_ends_every_node_and_the_logs_say_why(pyinit_bin, shards, tmp_pa
         assert signals and signals[0] == "SIGTERM", log[-3:]
         # SLURM stops a job's steps with TERM: 128 + 15, as any program killed by it.
         assert log[-1]["event"] == "end" and log[-1]["status"] == 143, log[-1]
+    # torch's SignalException tracebacks and logging errors are the agents' logs' alone.
+    output = next(tmp_path.glob("job-*.out")).read_text()
+    assert "Traceback" not in output and "Logging error" not in output, output[-3000:]
+    assert "pyinit run: exited with status 143" in output
 
 
 def kill_job_processes(cluster: SlurmCluster, node: int) -> None:
