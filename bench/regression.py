@@ -4,9 +4,11 @@ figures a restructuring must not make worse, each side measured in turns
 
     python3 bench/regression.py --baseline REF [--rounds 10] [--out DIR]
 
-Both sides are built as wheels from their sources (REF by `git archive`, this
-side from the working tree) and installed into two scratch venvs that reach
-this interpreter's site-packages for torch and numpy. Measured:
+REF is a commit, or a folder holding a commit's source (`git archive REF`
+unpacked, for a machine without the repository's history). Both sides are
+built as wheels from their sources (REF's, and this working tree) and
+installed into two scratch venvs that reach this interpreter's site-packages
+for torch and numpy. Measured:
   scan      `pod-init topo --json --no-bar0` of the 8-GPU fixture, wall ms
   import    `python -c "import pyinit"`, wall ms
   spawn     `pyinit run` from its start to torchrun's spawn event, ms (one CPU worker)
@@ -20,6 +22,7 @@ import argparse
 import json
 import os
 import shutil
+import site as site_module
 import statistics
 import subprocess
 import sys
@@ -50,10 +53,13 @@ print(done / (time.perf_counter() - began))
 HIGHER_IS_BETTER = {"reader"}
 
 
-def baseline_side(ref: str, folder: Path) -> Path:
-    """REF's sources, built and installed (once, where --work keeps them)."""
+def baseline_side(ref: str, folder: Path, source: Path | None) -> Path:
+    """REF's sources (from git, unless given), built and installed (once, where
+    --work keeps them)."""
     if (folder / "venv/bin/pod-init").exists():
         return folder / "venv/bin"
+    if source is not None:
+        return build_side(source, folder)
     source = folder / "source"
     source.mkdir(parents=True)
     archive = subprocess.run(["git", "-C", ROOT, "archive", ref], check=True,
@@ -74,7 +80,8 @@ def build_side(source: Path, folder: Path) -> Path:
     site = next((venv / "lib").glob("python*/site-packages"))
     # torch, numpy and the rest from here; a path named in a .pth file runs none of
     # its own .pth files, so this checkout's editable install stays out.
-    (site / "_shared_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    shared = dict.fromkeys([*site_module.getsitepackages(), sysconfig.get_paths()["purelib"]])
+    (site / "_shared_dependencies.pth").write_text("".join(f"{p}\n" for p in shared))
     subprocess.run([venv / "bin/pip", "install", "-q", "--no-deps", *wheels.glob("*.whl")],
                    check=True)  # fmt: skip
     return venv / "bin"
@@ -129,11 +136,15 @@ def main() -> int:
     parser.add_argument("--work", metavar="DIR",
                         help="keep the builds here and reuse them (default: scratch)")  # fmt: skip
     args = parser.parse_args()
-    named = ["git", "-C", ROOT, "rev-parse", "--short", args.baseline]
-    baseline = subprocess.run(named, check=True, capture_output=True, text=True).stdout.strip()
+    source = Path(args.baseline) if Path(args.baseline).is_dir() else None
+    if source is None:
+        named = ["git", "-C", ROOT, "rev-parse", "--short", args.baseline]
+        baseline = subprocess.run(named, check=True, capture_output=True, text=True).stdout.strip()
+    else:
+        baseline = source.resolve().name
     with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="pod-init-regression-") as tmp:
         scratch = Path(args.work or tmp)
-        sides = {baseline: baseline_side(baseline, scratch / f"baseline-{baseline}"),
+        sides = {baseline: baseline_side(baseline, scratch / f"baseline-{baseline}", source),
                  "this": build_side(ROOT, scratch / "this")}  # fmt: skip
         sysfs_fixtures.build_8gpu(scratch / "sys")
         (scratch / "noop.py").write_text("pass\n")
