@@ -1,6 +1,7 @@
 #include "common/command_line.hpp"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "common/sysfs.hpp"
 

@@ -1,6 +1,7 @@
 #include "common/crc32c.hpp"
 
 #include <array>
+#include <cstdint>
 #include <cstring>
 
 #if defined(__x86_64__)

@@ -1,6 +1,7 @@
 #include "common/json_reader.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 
 #include "common/error.hpp"

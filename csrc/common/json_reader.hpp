@@ -3,6 +3,7 @@
 // null. Nesting is bounded, so a hostile file cannot exhaust the stack.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>

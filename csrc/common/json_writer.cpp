@@ -1,6 +1,7 @@
 #include "common/json_writer.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 
 #include "common/text.hpp"

@@ -1,6 +1,7 @@
 #include "common/sha256.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 namespace pod_init {

@@ -1,6 +1,7 @@
 #include "io/latency_histogram.hpp"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace pod_init {
 

@@ -1,6 +1,7 @@
 #include "topology/report.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 

@@ -1,6 +1,7 @@
 #include "nccl/detail/nccl_xml.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <set>

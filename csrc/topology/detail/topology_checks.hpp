@@ -2,6 +2,7 @@
 // peer paths, unknown NUMA placement, missing GPUs, unreadable config space.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "topology/findings.hpp"
