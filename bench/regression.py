@@ -84,6 +84,15 @@ def build_side(source: Path, folder: Path) -> Path:
     (site / "_shared_dependencies.pth").write_text("".join(f"{p}\n" for p in shared))
     subprocess.run([venv / "bin/pip", "install", "-q", "--no-deps", *wheels.glob("*.whl")],
                    check=True)  # fmt: skip
+    # Where this venv's scripts went: a distribution's patched scheme may put them
+    # elsewhere than bin/ (venv/local/bin); measured beside its python all the same.
+    where = [venv / "bin/python", "-c", "import sysconfig; print(sysconfig.get_path('scripts'))"]
+    scripts = Path(subprocess.run(where, check=True, capture_output=True, text=True).stdout.strip())
+    for name in ("pod-init", "pyinit"):
+        if not (venv / "bin" / name).exists():
+            if not (scripts / name).exists():
+                raise SystemExit(f"regression: {name} was not installed in {venv}")
+            (venv / "bin" / name).symlink_to(scripts / name)
     return venv / "bin"
 
 

@@ -63,9 +63,13 @@ def test_a_missing_node_is_waited_for_aloud_and_named(pyinit_bin, tmp_path):
     script.write_text("pass\n")
     hostfile = tmp_path / "hosts"
     hostfile.write_text("127.0.0.1\n192.0.2.99\n")  # this node, and one that never comes
+    # A machine without GPUs: on one with them, NCCL's files would refuse a master on
+    # the loopback (other nodes could not reach it), before the wait this is about.
+    (tmp_path / "sys" / "bus" / "pci" / "devices").mkdir(parents=True)
     began = time.monotonic()
     result = pyinit_run(pyinit_bin, "--hostfile", hostfile, "--join-timeout", "8", "--preflight",
-                        "off", "--run-dir", tmp_path / "run", "--", script)  # fmt: skip
+                        "off", "--sysfs-root", tmp_path / "sys", "--run-dir", tmp_path / "run",
+                        "--", script)  # fmt: skip
     took = time.monotonic() - began
     assert result.returncode == 1, result.stderr[-3000:]
     assert "pyinit run: waiting for node 1 (192.0.2.99) to join" in result.stderr
