@@ -19,7 +19,6 @@ for torch and numpy. Measured:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import site as site_module
@@ -36,6 +35,7 @@ from pyinit.jsonfile import write_json
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 import sysfs_fixtures  # noqa: E402
+from run_startup import spawn_ms  # noqa: E402  (this folder, sys.path[0] of a script)
 
 READER = """
 import os, random, sys, time
@@ -49,6 +49,8 @@ while time.perf_counter() - began < float(sys.argv[2]):
     done += 1
 print(done / (time.perf_counter() - began))
 """
+# One node, no monitor: the launch alone, the same on both sides.
+ALONE = ("--standalone", "--monitor-interval", "0")
 # Higher is better only for the reader.
 HIGHER_IS_BETTER = {"reader"}
 
@@ -112,15 +114,6 @@ def timed_ms(command: list[str | Path], statuses: tuple[int, ...] = (0,)) -> flo
     return (time.perf_counter() - began) * 1e3
 
 
-def spawn_ms(bin_dir: Path, script: Path, run_dir: Path) -> float:
-    began = time.time()
-    checked([bin_dir / "pyinit", "run", "--standalone", "--nproc-per-node", "1",
-             "--monitor-interval", "0", "--run-dir", run_dir, "--", script])  # fmt: skip
-    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
-    spawn = next(e for e in reversed(events) if e["event"] == "spawn")
-    return (spawn["time"] - began) * 1e3
-
-
 def measure(bin_dir: Path, scratch: Path, round_no: int) -> dict[str, float]:
     script = scratch / "noop.py"
     run_dir = scratch / f"run-{bin_dir.parent.parent.name}-{round_no}"
@@ -132,7 +125,7 @@ def measure(bin_dir: Path, scratch: Path, round_no: int) -> dict[str, float]:
             (0, 1),
         ),
         "import": timed_ms([bin_dir / "python", "-c", "import pyinit"]),
-        "spawn": spawn_ms(bin_dir, script, run_dir),
+        "spawn": spawn_ms(bin_dir / "pyinit", script, run_dir, *ALONE),
         "reader": float(reads.strip()),
     }
 
@@ -152,9 +145,9 @@ def main() -> int:
     else:
         baseline = source.resolve().name
     with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="pod-init-regression-") as tmp:
-        scratch = Path(args.work or tmp)
-        sides = {baseline: baseline_side(baseline, scratch / f"baseline-{baseline}", source),
-                 "this": build_side(ROOT, scratch / "this")}  # fmt: skip
+        builds, scratch = Path(args.work or tmp), Path(tmp)  # what is measured is made anew
+        sides = {baseline: baseline_side(baseline, builds / f"baseline-{baseline}", source),
+                 "this": build_side(ROOT, builds / "this")}  # fmt: skip
         sysfs_fixtures.build_8gpu(scratch / "sys")
         (scratch / "noop.py").write_text("pass\n")
         with open(scratch / "data.bin", "wb") as f:

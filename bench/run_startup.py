@@ -27,10 +27,11 @@ TARGET_SPAWN_MS = 300.0
 TARGET_IMPORT_MS = 100.0
 
 
-def spawn_ms(pyinit: str, script: Path, run_dir: Path) -> float:
+def spawn_ms(pyinit: str | Path, script: Path, run_dir: Path, *options: str) -> float:
+    """From starting `pyinit run` (with `options`) to its spawn event, in ms."""
     start = time.time()
-    subprocess.run([pyinit, "run", "--nproc-per-node", "1", "--run-dir", run_dir, "--", script],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run([pyinit, "run", "--nproc-per-node", "1", *options, "--run-dir", run_dir, "--",
+                    script], check=True, capture_output=True)  # fmt: skip
     lines = (run_dir / "events.jsonl").read_text().splitlines()
     spawn = next(e for e in map(json.loads, reversed(lines)) if e["event"] == "spawn")
     return (spawn["time"] - start) * 1e3

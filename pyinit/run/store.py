@@ -63,7 +63,7 @@ def bind(count: int, rank: int, master: str, port: int | None) -> Store:
         listening.bind(info[4])
         listening.listen(socket.SOMAXCONN)
     except OSError as e:
-        shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        shown = Store(host, port).endpoint
         why = e.strerror or str(e)
         hint = ""
         if e.errno == errno.EADDRINUSE:
