@@ -7,7 +7,6 @@ import argparse
 import importlib
 import os
 import sys
-import traceback
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -196,6 +195,8 @@ def run_cli() -> int:
     try:
         return main()
     except Exception:
+        import traceback  # a bug's path alone: not every command's start
+
         traceback.print_exc()
         print(f"pyinit: this is a bug in pod-init {_version()}; please report it with the "
               "traceback above", file=sys.stderr)  # fmt: skip

@@ -55,7 +55,10 @@ def bind(count: int, rank: int, master: str, port: int | None) -> Store:
         if rank != 0:
             return Store(host, port)
     try:
-        info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        # As bytes: a str host makes getaddrinfo load the IDNA codec (unicodedata
+        # and all) for names that are ASCII anyway, on every launch's path.
+        name = host.encode() if host.isascii() else host
+        info = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM)[0]
         listening = socket.socket(info[0], socket.SOCK_STREAM)
         # As torch's own listener does: a port left in TIME_WAIT by a run that
         # just ended is free to take again.
