@@ -292,7 +292,14 @@ def load(
     them does). With ``verify``, a recorded CRC-32C is checked
     (``ChecksumMismatch``, a ValueError, naming the file). InputError (a
     ValueError) naming the file for content that is not safetensors."""
-    target = os.fspath(path)
+    # Under pyinit run: a wait of the step it falls in, and a phase of its own
+    # (a restart's load shows in the timeline).
+    with phase("checkpoint"), phase("checkpoint load"):
+        return _load_file(os.fspath(path), device, verify, queue_depth)
+
+
+def _load_file(target: str, device: str | torch.device, verify: bool,
+               queue_depth: int) -> dict[str, torch.Tensor]:  # fmt: skip
     with DirectReader(target, queue_depth=queue_depth) as reader:
         size = reader.size
         if size < 8:

@@ -52,6 +52,11 @@ COMMANDS: dict[str, tuple[str | dict[str, tuple[str, str]], str]] = {
     "run": ("pyinit.commands.run", "preflight, NCCL files, then torchrun on this node"),
     "check": ("pyinit.commands.check",
               "node health for schedulers, Nagios exit codes, a deadline"),
+    "warm": ({
+        "start": ("pyinit.commands.warm", "start one: torch and the preloads imported, no CUDA"),
+        "status": ("pyinit.commands.warm", "its pid, preloads, age, launches served, memory"),
+        "stop": ("pyinit.commands.warm", "end it (after the launches it is running)"),
+    }, "a warm interpreter per node and user that pyinit run forks its agent from"),
     "timeline": ("pyinit.commands.timeline", "where the seconds went before the first step"),
     "report": ("pyinit.commands.report",
                "where every GPU-hour of a run went: HTML, cost, findings"),

@@ -19,6 +19,17 @@ import sysfs_fixtures
 BIN_DIR = Path(sys.executable).parent
 
 
+@pytest.fixture(autouse=True, scope="session")
+def private_warm_folder(tmp_path_factory) -> Iterator[Path]:
+    """Every run the tests start looks for a warm interpreter here, never in
+    the user's own folder (where one may be running); any left is stopped."""
+    folder = tmp_path_factory.mktemp("warm")
+    folder.chmod(0o700)
+    os.environ["PYINIT_WARM_DIR"] = str(folder)
+    yield folder
+    subprocess.run([str(BIN_DIR / "pyinit"), "warm", "stop"], capture_output=True, timeout=60)
+
+
 @pytest.fixture(scope="session")
 def pod_init_bin() -> Path:
     path = BIN_DIR / "pod-init"

@@ -3,10 +3,13 @@ the run's event log: the interpreter's start and ``import torch``, the largest
 single cost before the first step. Everything after is torchrun's ``main``
 with the arguments given (rendezvous, restarts, signals, log options)::
 
-    python -P -m pyinit.run.agent [torchrun options] --run-path WORKER ARGS...
+    python -P -m pyinit.run.agent [--preload=MOD,...] [torchrun options] --run-path WORKER ARGS...
 
-Importing torch here, once, is what lets the workers be forked with torch
-already loaded (see ``pyinit.run.wrapper``). The rendezvous is the ``pyinit``
+Importing torch here, once, with what a training step imports lazily and the
+script's own ``--preload`` modules (``pyinit.run.preload``), is what lets the
+workers be forked with all of it loaded (see ``pyinit.run.wrapper``), restarted
+groups included. A warm interpreter (``pyinit.run.warm``) runs this same
+``main`` in a fork of itself, with the imports already done. The rendezvous is the ``pyinit``
 backend (``pyinit.run.store``), on the socket pyinit run bound. What the agent
 itself says (torchrun's log lines, its tracebacks, its logging errors while a
 job is cancelled) goes to ``RUN_DIR/agent.log``, not the terminal: pyinit
@@ -17,6 +20,7 @@ prints and its own traceback) still goes where pyinit run's went.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 from pathlib import Path
@@ -24,7 +28,10 @@ from typing import Any
 
 from pyinit.jsonfile import write_json
 from pyinit.run.events import RUN_DIR_ENV, EventLog, boottime, process_start
+from pyinit.run.preload import PreloadError, fork_unsafe, import_all, parse
+from pyinit.run.progress import read_progress
 
+PRELOAD_OPTION = "--preload="
 FAILURES_FILE = "failures.json"
 AGENT_LOG = "agent.log"
 
@@ -35,15 +42,24 @@ AGENT_LOG = "agent.log"
 FORK_SAFE_CUDA_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None, started: float | None = None) -> None:
+    """torchrun's main with `argv`; `started` is when this process began
+    (a warm interpreter's fork), else /proc's record of it."""
     entered = boottime()
+    argv = sys.argv[1:] if argv is None else argv
+    preloads: tuple[str, ...] = ()  # pyinit run's list when the workers are forked
+    if argv[:1] and argv[0].startswith(PRELOAD_OPTION):
+        preloads = parse(argv.pop(0)[len(PRELOAD_OPTION) :])
     os.environ.setdefault(FORK_SAFE_CUDA_CHECK, "1")
     folder = os.environ.get(RUN_DIR_ENV)
     if folder:
         # Before torch is imported: its loggers' handlers take sys.stderr as it is
         # then. The workers' fd 2 is still the terminal (see the wrapper).
         sys.stderr = open(Path(folder, AGENT_LOG), "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+        if "torch" in sys.modules:  # a warm interpreter's fork: torch's handlers exist
+            _log_handlers_to(sys.stderr)
     log = EventLog.for_run(node=int(os.environ.get("PYINIT_NODE_RANK", "0")))
+    preloaded = "torch" in sys.modules  # a warm interpreter's fork
     start = boottime()
     from torch.distributed import run as torchrun
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -51,15 +67,96 @@ def main() -> None:
     from pyinit.run import store
 
     store.register_handler(str(Path(folder, "status")) if folder else None)
+    if folder:
+        time_restarts(Path(folder, "status"), int(os.environ.get("PYINIT_NODE_RANK", "0")))
+    imported = boottime()
+    try:
+        new = import_all(preloads)
+    except PreloadError as error:
+        sys.exit(str(error))  # its last line: pyinit run names it
+    unsafe = fork_unsafe() if preloads else ""
+    if unsafe:
+        sys.exit(f"--preload {','.join(preloads)}: {unsafe}")
     if log is not None:
-        log.phase("agent start", process_start(), entered)
-        log.phase("agent import torch", start, boottime())
+        log.phase("agent start", started or process_start(), entered)
+        log.phase("agent import torch", start, imported, preloaded=preloaded)
+        log.phase("agent preload", imported, boottime(), modules=list(preloads), imported=new)
         log.close()
     try:
-        torchrun.main(sys.argv[1:])
+        torchrun.main(argv)
     except ChildFailedError as failed:
         record_failures(failed)
         raise
+
+
+def time_restarts(status_dir: Path, node: int) -> None:
+    """A restart's phases in the run's event log, from hooks on torchrun's
+    agent (its own methods, one per step of a restart): the failure seen
+    (from the failed rank's last sign of life), the workers stopped, the
+    rendezvous, the new workers started. The new workers time the rest."""
+    from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+    attempt = 0
+    restarting: EventLog | None = None
+
+    def timed(cls: type, method: str, phase: str) -> None:
+        inner = getattr(cls, method)
+
+        @functools.wraps(inner)
+        def wrapper(agent: Any, *args: Any, **kwargs: Any) -> Any:
+            began = boottime()
+            try:
+                return inner(agent, *args, **kwargs)
+            finally:
+                if restarting is not None:
+                    restarting.phase(phase, began, boottime())
+
+        setattr(cls, method, wrapper)
+
+    restart = SimpleElasticAgent._restart_workers
+
+    @functools.wraps(restart)
+    def timed_restart(agent: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal attempt, restarting
+        attempt += 1
+        seen = boottime()
+        restarting = EventLog.for_run(node=node, attempt=attempt)
+        if restarting is None:
+            return restart(agent, *args, **kwargs)
+        signs = [max(p.last_step, p.beat) for p in read_progress(status_dir)]
+        if signs:
+            # The rank that went quiet first: the others kept beating until now.
+            restarting.phase("restart detect", min(min(signs), seen), seen)
+        try:
+            return restart(agent, *args, **kwargs)
+        finally:
+            restarting.close()
+            restarting = None
+
+    SimpleElasticAgent._restart_workers = timed_restart
+    timed(LocalElasticAgent, "_stop_workers", "restart stop")
+    timed(SimpleElasticAgent, "_rendezvous", "restart rendezvous")
+    timed(LocalElasticAgent, "_start_workers", "restart start workers")
+
+
+def _log_handlers_to(stream: Any) -> None:
+    """Every logging handler writing to fd 2 (made when torch was imported)
+    writes to `stream` instead."""
+    import logging
+
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    for logger in loggers:
+        for handler in getattr(logger, "handlers", []):
+            if isinstance(handler, logging.StreamHandler) and _on_fd(handler.stream, 2):
+                handler.setStream(stream)
+
+
+def _on_fd(stream: Any, fd: int) -> bool:
+    try:
+        return stream.fileno() == fd
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 def record_failures(failed: Any) -> None:

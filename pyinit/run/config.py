@@ -24,6 +24,7 @@ from pathlib import Path
 from pyinit import _native, argtypes
 from pyinit.errors import InputError
 from pyinit.extras import require
+from pyinit.run import preload
 
 ENV_PREFIX = "PYINIT_"
 PREFLIGHT_MODES = ("warn", "strict", "off")
@@ -71,6 +72,9 @@ class RunConfig:
     worker_start: str
     stall_timeout: float
     pod_init: str  # the executable torchrun runs under
+    preloads: tuple[str, ...] = ()  # the script's own, imported before the workers fork
+    cold: bool = False  # never hand the launch to a warm interpreter
+    keep_warm: bool = False  # leave a warm interpreter for the next launch
 
 
 def env_name(option: str) -> str:
@@ -125,6 +129,10 @@ def add_arguments(run: argparse.ArgumentParser, environ: Mapping[str, str] = os.
     option("--worker-start", "fork", "fork: workers forked from torchrun's agent, torch "
            "imported once; spawn: a fresh interpreter each, as plain torchrun",
            choices=WORKER_STARTS)  # fmt: skip
+    option("--preload", "", "more modules to import once before the workers fork (the "
+           "script's heavy imports, e.g. transformers)", metavar="MOD[,MOD...]")  # fmt: skip
+    flag("--cold", "start torchrun's agent afresh, never in a warm interpreter (pyinit warm)")
+    flag("--keep-warm", "leave a warm interpreter with these preloads for the next launch")
     flag("--standalone", "this node alone, whatever SLURM or the environment say")
     option("--torchrun", "", "more torchrun options, quoted as one (e.g. '--log-dir L "
            "--redirects 3'); those pyinit run sets itself are refused",
@@ -148,6 +156,15 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     if standalone and args.hostfile:
         raise InputError("--standalone is one node alone: it takes no --hostfile")
     require("torch", "pyinit run (torchrun)")
+    preloads = preload.parse(args.preload)
+    preload.check_exists(preloads)
+    if preloads and (args.worker_start != "fork" or target.kind == "program"):
+        raise InputError("--preload imports before the workers fork: it takes Python workers "
+                         "and --worker-start fork")  # fmt: skip
+    cold = _flag(args.cold, "--cold")
+    keep_warm = _flag(args.keep_warm, "--keep-warm")
+    if cold and keep_warm:
+        raise InputError("--cold and --keep-warm: give one")
     if args.run_dir and Path(args.run_dir).exists() and not Path(args.run_dir).is_dir():
         raise InputError(f"--run-dir {args.run_dir}: exists and is not a folder")
     return RunConfig(
@@ -159,7 +176,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         monitor_interval=args.monitor_interval, sysfs_root=args.sysfs_root,
         rescan=_flag(args.rescan, "--rescan"),
         boot_state=args.boot_state, worker_start=args.worker_start,
-        stall_timeout=args.stall_timeout, pod_init=pod_init,
+        stall_timeout=args.stall_timeout, pod_init=pod_init, preloads=preloads, cold=cold,
+        keep_warm=keep_warm,
     )  # fmt: skip
 
 

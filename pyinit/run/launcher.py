@@ -31,15 +31,17 @@ from typing import IO, Any
 from pyinit import _native
 from pyinit.errors import EXIT_FAILURE, EXIT_STALLED
 from pyinit.run import store
-from pyinit.run.agent import AGENT_LOG, FAILURES_FILE
+from pyinit.run.agent import AGENT_LOG, FAILURES_FILE, PRELOAD_OPTION
 from pyinit.run.config import RunConfig
 from pyinit.run.events import RUN_DIR_ENV, EventLog, boottime, process_start
 from pyinit.run.liveness import JoinWatch, Liveness
 from pyinit.run.nodes import Nodes, find_nodes
 from pyinit.run.preflight import preflight
+from pyinit.run.preload import DEFAULT_PRELOADS
 from pyinit.run.stall import StallWatch, flight_recorder_env
 from pyinit.run.steps import FOLDER as STEPS_FOLDER
 from pyinit.run.store import Store
+from pyinit.run.warm import client, protocol
 
 # What the core's supervisor takes: the signals it forwards, and SIGCHLD.
 SUPERVISED = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
@@ -50,6 +52,8 @@ TORCHRUN_GRACE_S = 30.0
 GUARD_GRACE_S = TORCHRUN_GRACE_S + 10.0
 ESCALATE_AFTER_S = GUARD_GRACE_S + 5.0
 LIVENESS_LINGER_S = 3.0
+# How torchrun's agent is started cold; a warm interpreter takes what follows.
+AGENT_START = (sys.executable, "-P", "-m", "pyinit.run.agent")
 
 
 def guarded(pod_init: str, command: Sequence[str]) -> list[str]:
@@ -62,6 +66,14 @@ def guarded(pod_init: str, command: Sequence[str]) -> list[str]:
             "--", *command]  # fmt: skip
 
 
+def agent_preloads(config: RunConfig) -> list[str]:
+    """What the agent imports before it forks Python workers; nothing when
+    each worker starts its own interpreter."""
+    if config.worker_start != "fork" or config.target.kind == "program":
+        return []
+    return list(dict.fromkeys((*DEFAULT_PRELOADS, *config.preloads)))
+
+
 def torchrun_command(nodes: Nodes, nproc: int, config: RunConfig, status_dir: Path,
                      rendezvous: Store) -> list[str]:  # fmt: skip
     """torchrun's agent (through pyinit.run.agent, which marks its start) with
@@ -69,15 +81,17 @@ def torchrun_command(nodes: Nodes, nproc: int, config: RunConfig, status_dir: Pa
     Python workers are forked from the agent, torch already imported, unless
     --worker-start is spawn; a program always gets a fresh interpreter to wrap it."""
     target = config.target
-    if config.worker_start == "fork" and target.kind != "program":
+    preloads = agent_preloads(config)
+    if preloads:
         worker_file = importlib.util.find_spec("pyinit.run.wrapper").origin
         entry = ["--start-method", "fork", "--run-path", worker_file]
+        preloads = [f"{PRELOAD_OPTION}{','.join(preloads)}"]
     else:
         # -P: the working directory stays off sys.path, so a checkout of pod-init
         # there cannot shadow the installed package (python -m would put it first).
         entry = ["--no-python", sys.executable, "-P", "-m", "pyinit.run.wrapper"]
     return [
-        sys.executable, "-P", "-m", "pyinit.run.agent",
+        *AGENT_START, *preloads,
         "--nnodes", str(nodes.count),
         *store.torchrun_options(rendezvous, nodes.rank, config.join_timeout),
         "--nproc-per-node", str(nproc), "--max-restarts", str(config.max_restarts),
@@ -99,6 +113,7 @@ class Plan:
     rendezvous: Store
     env: dict[str, str]
     command: list[str]  # torchrun's, before pod-init is put in front
+    preloads: list[str]  # what the agent imports before it forks workers
     entered: float  # CLOCK_BOOTTIME at pyinit run's start
 
 
@@ -109,6 +124,7 @@ class Outcome:
     survivors: int  # processes ended after the command
     stalls: StallWatch
     joins: JoinWatch | None  # several nodes: who has joined
+    warm_ended: str = ""  # the warm interpreter that ran the agent went away first: why
 
 
 def run(config: RunConfig, nvml_backend: Any = None, out: IO[str] = sys.stderr) -> int:
@@ -209,7 +225,7 @@ def prepare(config: RunConfig, nodes: Nodes, folder: Path, log: EventLog,
     log.write("rendezvous", endpoint=rendezvous.endpoint, serving=rendezvous.listening is not None,
               join_timeout=config.join_timeout)  # fmt: skip
     return Plan(config, nodes, folder, status_dir, log, liveness, rendezvous, env, command,
-                entered)  # fmt: skip
+                agent_preloads(config), entered)  # fmt: skip
 
 
 def _configure_nccl(node: Any, nodes: Nodes, folder: Path, env: dict[str, str], log: EventLog,
@@ -286,13 +302,18 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
 
         log.write("spawn", command=plan.command,
                   seconds_since_start=round(boottime() - plan.entered, 4))  # fmt: skip
-        code = _native.supervise(
-            guarded(config.pod_init, plan.command), plan.env, grace_s=ESCALATE_AFTER_S,
-            on_signal=on_signal, on_tick=on_tick, tick_s=0.25,
-            on_log=lambda line: log.write("supervisor", message=line),
-            # Until pod-init has asked for its own parent-death signal, it dies with us.
-            parent_death_signal=signal.SIGKILL,
-        )  # fmt: skip
+        warm = None if config.cold else _hand_over(plan, out)
+        warm_ended = ""
+        if warm is not None:
+            code, warm_ended = _relay(warm, forwarded, on_signal, on_tick, log, out)
+        else:
+            code = _native.supervise(
+                guarded(config.pod_init, plan.command), plan.env, grace_s=ESCALATE_AFTER_S,
+                on_signal=on_signal, on_tick=on_tick, tick_s=0.25,
+                on_log=lambda line: log.write("supervisor", message=line),
+                # Until pod-init has asked for its own parent-death signal, it dies with us.
+                parent_death_signal=signal.SIGKILL,
+            )  # fmt: skip
         restarts.check()  # an attempt that began and ended between two looks
         stalls.finish()  # a stall being looked into when the workers ended
         if joins is not None:
@@ -301,9 +322,71 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
             monitor.terminate()
             monitor.wait()
         survivors = _native.end_children()
+        if config.keep_warm and warm is None:
+            _keep_warm(plan, out)  # after end_children(), which would end it too
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    return Outcome(code, forwarded, survivors, stalls, joins)
+    return Outcome(code, forwarded, survivors, stalls, joins, warm_ended)
+
+
+def _relay(warm: client.WarmLaunch, forwarded: list[int], on_signal: Any, on_tick: Any,
+           log: EventLog, out: IO[str]) -> tuple[int, str]:  # fmt: skip
+    """A warm launch supervised from here: its status, and why it ended
+    early when the warm interpreter went away ("" when it did not)."""
+
+    def on_warm_signal(sig: int) -> None:
+        # The line pod-init says for a cold launch.
+        name = signal.Signals(sig).name.removeprefix("SIG")
+        escalates = sig in client.ESCALATING and not any(s in client.ESCALATING for s in forwarded)
+        on_signal(sig)
+        then = f"; KILL in {GUARD_GRACE_S:g} s if it has not ended" if escalates else ""
+        print(f"pyinit run: forwarded {name} to torchrun's agent (pid {warm.agent_pid}){then}",
+              file=out, flush=True)  # fmt: skip
+
+    try:
+        code = client.relay(warm, sorted(SUPERVISED - {signal.SIGCHLD}), on_warm_signal, on_tick,
+                            tick_s=0.25, grace_s=GUARD_GRACE_S)  # fmt: skip
+    except client.WarmEnded as ended:
+        print(f"pyinit run: {ended}", file=out)
+        log.write("warm_ended", reason=str(ended))
+        return EXIT_FAILURE, str(ended)
+    return code, ""
+
+
+def _hand_over(plan: Plan, out: IO[str]) -> client.WarmLaunch | None:
+    """The agent forked by the user's warm interpreter, if one runs and
+    matches this launch; otherwise None, after one line saying why not."""
+    handed = boottime()
+    store_fd = plan.rendezvous.listening.fileno() if plan.rendezvous.listening else None
+    env = {k: v for k, v in plan.env.items() if k != store.FD_ENV}
+    warm = client.hand_over(plan.command[len(AGENT_START) :], env, plan.preloads, store_fd,
+                            store.FD_ENV)  # fmt: skip
+    if isinstance(warm, str):
+        print(f"pyinit run: starting cold: {warm}", file=out)
+        plan.log.write("warm", used=False, reason=warm)
+        return None
+    if warm is not None:
+        plan.log.write("warm", used=True, pid=warm.warm_pid, agent_pid=warm.agent_pid,
+                       handoff_s=round(warm.forked_at - handed, 6))  # fmt: skip
+    return warm
+
+
+def _keep_warm(plan: Plan, out: IO[str]) -> None:
+    """--keep-warm: a warm interpreter with this run's preloads for the next
+    launch, unless one runs already; started, not waited for."""
+    try:
+        if client.request("status", plan.env) is None:
+            # pyinit run's own environment: the run's additions are per launch.
+            code, said = client.start(plan.config.preloads, protocol.DEFAULT_IDLE_TIMEOUT_S,
+                                      wait_ready=False)  # fmt: skip
+            if code:
+                print(f"pyinit run: --keep-warm: {said}", file=out)
+            else:
+                print("pyinit run: a warm interpreter is starting for the next launch "
+                      "(pyinit warm status)", file=out)  # fmt: skip
+    except OSError as error:
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"pyinit run: --keep-warm: {where}{error.strerror or error}", file=out)
 
 
 def conclude(plan: Plan, outcome: Outcome, out: IO[str]) -> int:
@@ -339,13 +422,15 @@ def conclude(plan: Plan, outcome: Outcome, out: IO[str]) -> int:
         fields["unreachable_nodes"] = [{"rank": r, "address": nodes.addresses[r]} for r in lost]
         for r in lost:
             print(f"pyinit run: node {r} ({nodes.addresses[r]}) is gone", file=out)
+    if outcome.warm_ended:
+        fields["warm_ended"] = outcome.warm_ended
     log.write("end", **fields)
     if liveness is not None and status != 0:
         # The other nodes are checking who is gone right now: stay reachable a moment.
         time.sleep(LIVENESS_LINGER_S)
     details = plan.folder / AGENT_LOG
     if status != 0 and not failures and not forwarded and not fields.get("not_joined") and not (
-            stalls.stalls or stalls.peer_stalls):  # fmt: skip
+            stalls.stalls or stalls.peer_stalls) and not outcome.warm_ended:  # fmt: skip
         # No worker failed: the agent did, before or between them; its last word says why.
         said = _last_line(details)
         if said:

@@ -34,16 +34,26 @@ PHASES = (
     ("nccl files", "NCCL files", "pyinit run"),
     ("agent start", "torchrun agent start (Python)", "agent"),
     ("agent import torch", "agent: import torch", "agent"),
+    ("agent preload", "agent: preloads (what a step imports)", "agent"),
     ("rendezvous", "rendezvous, workers started", "agent"),
     ("worker start", "worker start (Python)", "workers"),
     ("import torch", "worker: import torch", "workers"),
     ("device init", "device init (CUDA)", "workers"),
     ("process group", "process group init", "workers"),
-    ("first step", "to the first step done", "workers"),
+    ("script setup", "script set-up (model, data, wrappers)", "workers"),
+    ("checkpoint load", "checkpoint load", "workers"),
+    ("first forward", "first forward", "workers"),
+    ("first backward", "first backward", "workers"),
+    ("first optimizer step", "first optimizer step", "workers"),
+    ("first step", "first step (forward to optimizer step)", "workers"),
     ("steps", "steps after the first", "workers"),
 )
 # Phases that belong to a run on any node; PID 1's exist only when pod-init booted it.
 RUN_PHASES = tuple(name for name, _, who in PHASES if who != "PID 1")
+# Phases a run may well not have: no GPU, workers spawned, an older log, a
+# script that loads no checkpoint or calls no nn.Module.
+OPTIONAL = {"nccl files", "agent preload", "checkpoint load", "script setup", "first forward",
+            "first backward", "first optimizer step"}  # fmt: skip
 BAR_WIDTH = 40
 
 
@@ -61,6 +71,30 @@ class Row:
     note: str = ""
 
 
+# A restart's steps, in order, and how `pyinit timeline` names each.
+RESUME_PHASES = (
+    ("restart detect", "failure seen"),
+    ("restart stop", "workers stopped"),
+    ("restart rendezvous", "rendezvous"),
+    ("restart start workers", "fork"),
+    ("device init", "CUDA"),
+    ("process group", "process group"),
+    ("checkpoint load", "checkpoint load"),
+    ("first step", "first step"),
+)
+
+
+@dataclass
+class Resume:
+    """One restart of the worker group: each step's seconds (the slowest
+    rank's), and from the failure's last sign of life to the first step."""
+
+    attempt: int
+    phases: dict[str, float]
+    seconds: float | None  # to the first step on every rank; None: it never came
+    import_torch: bool  # whether a restarted worker imported torch again
+
+
 @dataclass
 class Timeline:
     origin: str  # "power-on" or "pyinit run start"
@@ -68,6 +102,7 @@ class Timeline:
     first_step_s: float | None  # when every rank had done its first step
     missing: list[str]  # run phases the log does not have
     restarts: int
+    resumes: list[Resume] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -134,7 +169,9 @@ def clamp_process_starts(by_name: dict[str, list[dict]], events: list[dict]) -> 
     launched = {
         "supervisor start": [e["end"] for e in by_name.get("exec", [])],
         "agent start": [e["boottime"] for e in events if e.get("event") == "spawn"],
-        "worker start": [e["end"] for e in by_name.get("agent import torch", [])],
+        "worker start": [
+            e["end"] for e in by_name.get("agent preload") or by_name.get("agent import torch", [])
+        ],
     }
     for name, before in launched.items():
         if before:
@@ -165,9 +202,9 @@ def build(events: list[dict]) -> Timeline:
         raise InputError("the event log has no phases: was this run started by pyinit run?")
     workers = [e for e in phases if "rank" in e]
     clamp_process_starts(by_name, events)
-    agent_done = by_name.get("agent import torch")
+    agent_done = by_name.get("agent preload") or by_name.get("agent import torch")
     if agent_done and by_name.get("worker start"):
-        # Between torch's import in the agent and the first worker's fork: the
+        # Between the agent's imports and the first worker's fork: the
         # rendezvous and torchrun's start of the workers.
         first_fork = min(e["start"] for e in by_name["worker start"])
         ended = agent_done[0]["end"]
@@ -179,6 +216,8 @@ def build(events: list[dict]) -> Timeline:
             continue
         start = min(e["start"] for e in found) - origin_at
         end = max(e["end"] for e in found) - origin_at
+        if name == "first step" and "first forward" not in by_name:
+            label = "to the first step done"  # an older log: it spans the script's set-up too
         row = Row(name, label, recorder, round(start, 6), round(end - start, 6))
         ranked = [e for e in found if "rank" in e]
         if ranked:
@@ -187,7 +226,11 @@ def build(events: list[dict]) -> Timeline:
         if name == "steps":
             row.steps = max(e.get("steps", 0) for e in found)
         if name == "import torch" and all(e.get("preloaded") for e in found):
-            row.note = "forked with torch loaded"
+            row.note = "forked with torch loaded"  # an older log's way of saying it
+        if name == "agent import torch" and all(e.get("preloaded") for e in found):
+            row.note = "forked from a warm interpreter: imported already"
+        if name == "worker start" and all(e.get("torch_loaded") for e in found):
+            row.note = "forked with torch loaded: no import"
         rows.append(row)
     # In the order they began (a script may start CUDA inside the process group's
     # set-up, or before it); the table's order breaks ties.
@@ -197,11 +240,53 @@ def build(events: list[dict]) -> Timeline:
     first_step = None
     if first and {e["rank"] for e in first} >= ranks:
         first_step = round(max(e["end"] for e in first) - origin_at, 6)
-    missing = [name for name in RUN_PHASES if name not in by_name and name != "nccl files"]
+    missing = [name for name in RUN_PHASES if name not in by_name and name not in OPTIONAL]
+    if all(e.get("torch_loaded") for e in by_name.get("worker start", [{}])):
+        missing = [m for m in missing if m != "import torch"]
     if any(e.get("backend") == "gloo" for e in by_name.get("process group", [])):
         missing = [m for m in missing if m != "device init"]  # no device to initialise on CPU
     restarts = len({e.get("attempt", 0) for e in events if e.get("event") == "phase"}) - 1
-    return Timeline(origin, rows, first_step, missing, max(restarts, 0))
+    return Timeline(origin, rows, first_step, missing, max(restarts, 0), resumes(events))
+
+
+def resumes(events: list[dict]) -> list[Resume]:
+    """Every restart's phases, from the agent's hooks and the new workers' marks."""
+    found = []
+    attempts = sorted({e.get("attempt", 0) for e in events if e.get("event") == "phase"} - {0})
+    for attempt in attempts:
+        mine = [e for e in events if e.get("event") == "phase" and e.get("attempt") == attempt]
+        phases = {}
+        for name, _label in RESUME_PHASES:
+            spans = [e for e in mine if e["name"] == name]
+            if spans:
+                phases[name] = round(max(e["end"] - e["start"] for e in spans), 6)
+        began = [e["start"] for e in mine if e["name"] in ("restart detect", "restart stop")]
+        firsts = [e["end"] for e in mine if e["name"] == "first step"]
+        workers = {e["rank"] for e in mine if "rank" in e}
+        done = firsts and len(firsts) >= len(workers)
+        seconds = round(max(firsts) - min(began), 6) if done and began else None
+        imported = any(e["name"] == "import torch" for e in mine)
+        found.append(Resume(attempt, phases, seconds, imported))
+    return found
+
+
+def resume_lines(timeline: Timeline) -> list[str]:
+    """A line per restart: its steps' seconds, and the time to resume."""
+    lines = []
+    labels = dict(RESUME_PHASES)
+    for resume in timeline.resumes:
+        parts = ", ".join(
+            f"{labels[name]} {seconds:.3f} s" for name, seconds in resume.phases.items()
+        )
+        if resume.seconds is not None:
+            took = (
+                f"first step again {resume.seconds:.3f} s after the failed rank's last sign of life"
+            )
+        else:
+            took = "no first step after it in the log"
+        torch_note = "; torch imported again" if resume.import_torch else "; no import of torch"
+        lines.append(f"restart {resume.attempt}: {took} ({parts}{torch_note})")
+    return lines
 
 
 def _bar(start: float, seconds: float, span: float) -> str:
@@ -235,7 +320,8 @@ def table(timeline: Timeline) -> str:
         lines.append("not in the log: " + ", ".join(timeline.missing))
     if timeline.restarts:
         lines.append(f"the worker group restarted {timeline.restarts} time(s); the first "
-                     "attempt is shown")  # fmt: skip
+                     "attempt is shown above")  # fmt: skip
+        lines.extend(resume_lines(timeline))
     return "\n".join(lines) + "\n"
 
 

@@ -102,6 +102,8 @@ class Marks:
         self.steps = steps  # the report's record of each step
         self.ready = boottime()  # when the last phase ended: the next one's start
         self.first_step = 0.0  # when the first optimizer step ended
+        self.step_began = 0.0  # when the first forward began
+        self.optimizer_began = 0.0  # when the first optimizer step began
 
     def phase(self, name: str, start: float, end: float, **fields: Any) -> None:
         if self.log is not None:
@@ -116,7 +118,8 @@ class Marks:
         import torch.distributed as dist
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        self.phase("import torch", start, boottime(), preloaded=preloaded)
+        if not preloaded:  # forked with torch loaded: the worker start says so
+            self.phase("import torch", start, boottime())
 
         lazy_init = torch.cuda._lazy_init
         initialising = False
@@ -153,13 +156,18 @@ class Marks:
 
         dist.init_process_group = timed_init_process_group
 
+        self._time_first_step(torch)
+
         def after_step(_optimizer: Any, _args: Any, _kwargs: Any) -> None:
             self.progress.step()
             if self.steps is not None:
                 self.steps.step(self.progress.last_step)
             if not self.first_step:
                 self.first_step = self.progress.last_step
-                self.phase("first step", self.ready, self.first_step)
+                began = self.step_began or self.ready
+                if self.step_began and self.optimizer_began:
+                    self.phase("first optimizer step", self.optimizer_began, self.first_step)
+                self.phase("first step", began, self.first_step)
 
         register_optimizer_step_post_hook(after_step)
 
@@ -174,6 +182,58 @@ class Marks:
                 return next_batch(loader)
 
         _BaseDataLoaderIter.__next__ = timed_next
+
+    def _time_first_step(self, torch: Any) -> None:
+        """The first step's parts, from hooks on torch that remove themselves
+        once used: the script's set-up (from the last phase to its first
+        forward), the first forward of an outermost module, the first
+        backward, the first optimizer step."""
+        from torch.nn.modules import module
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        depth = 0
+        began = 0.0
+        hooks: list[Any] = []
+
+        def before_forward(_module: Any, _args: Any) -> None:
+            nonlocal depth, began
+            if depth == 0:
+                began = boottime()
+                if not self.step_began:
+                    self.phase("script setup", self.ready, began)
+                    self.step_began = began
+            depth += 1
+
+        def after_forward(_module: Any, _args: Any, _result: Any) -> None:
+            nonlocal depth
+            depth -= 1
+            if depth == 0:
+                self.phase("first forward", began, boottime())
+                for hook in hooks:  # a global hook slows every module call after this
+                    hook.remove()
+
+        hooks.append(module.register_module_forward_pre_hook(before_forward))
+        hooks.append(module.register_module_forward_hook(after_forward, always_call=True))
+        backward = torch.autograd.backward
+
+        # Tensor.backward calls torch.autograd.backward by name.
+        @functools.wraps(backward)
+        def timed_backward(*args: Any, **kwargs: Any) -> Any:
+            torch.autograd.backward = backward
+            start = boottime()
+            try:
+                return backward(*args, **kwargs)
+            finally:
+                if self.step_began:
+                    self.phase("first backward", start, boottime())
+
+        torch.autograd.backward = timed_backward
+
+        def before_step(_optimizer: Any, _args: Any, _kwargs: Any) -> None:
+            if not self.optimizer_began and not self.first_step:
+                self.optimizer_began = boottime()
+
+        register_optimizer_step_pre_hook(before_step)
 
     def finish(self) -> None:
         if self.first_step and self.progress.steps > 1 and self.log is not None:
@@ -223,7 +283,7 @@ def main() -> None:
             steps = StepLog(steps_path(log.path.parent, rank), attempt, log)
             install_phases(steps)
         marks = Marks(log, progress, steps)
-        marks.phase("worker start", process_start(), entered)
+        marks.phase("worker start", process_start(), entered, torch_loaded="torch" in sys.modules)
         marks.instrument_torch()
     try:
         if kind == "program":

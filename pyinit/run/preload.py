@@ -1,0 +1,96 @@
+"""What is imported before a fork, so the forked processes do not import it.
+
+A training step imports much of torch lazily: the first
+``DistributedDataParallel``, FSDP or optimizer step reaches ``torch._dynamo``
+(with sympy, ``torch.fx`` and ``torch._inductor``; about 800 modules, 1.9 s on
+a 2-core VM, 3.9 s on an H200 host) through functions wrapped in
+``torch._disable_dynamo``. Imported once in torchrun's agent (or a warm
+interpreter, ``pyinit.run.warm``), every worker it forks, restarted groups
+included, finds them loaded.
+
+The fork-safety rule, checked after the preloads by :func:`fork_unsafe`: the
+parent of the fork never initialises CUDA, opens a process group or keeps a
+thread running. A CUDA context does not survive a fork, and a thread that
+holds a lock at the fork leaves that lock held forever in the child.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import sys
+from collections.abc import Iterable, Sequence
+
+from pyinit.errors import InputError
+
+# Measured (tests/test_warm.py checks it): after these, the first DDP
+# construction, forward, backward and AdamW step import no module of note.
+DEFAULT_PRELOADS = ("torch", "torch._dynamo")
+
+
+def parse(text: str) -> tuple[str, ...]:
+    """--preload's MOD[,MOD...]: the names, checked for shape."""
+    names = tuple(word.strip() for word in text.split(",") if word.strip())
+    for name in names:
+        if not all(part.isidentifier() for part in name.split(".")):
+            raise InputError(f"--preload {name!r}: not a module name")
+    return names
+
+
+def check_exists(names: Iterable[str], search: Sequence[str] | None = None) -> None:
+    """InputError naming the first module that cannot be found, without
+    importing anything (a package's own ``__path__`` is followed as found on
+    disk)."""
+    for name in names:
+        parts = name.split(".")
+        spec = importlib.machinery.PathFinder.find_spec(parts[0], list(search or sys.path))
+        if spec is None and parts[0] in sys.builtin_module_names:
+            continue
+        for depth in range(1, len(parts)):
+            if spec is None or not spec.submodule_search_locations:
+                spec = None
+                break
+            spec = importlib.machinery.PathFinder.find_spec(
+                ".".join(parts[: depth + 1]), list(spec.submodule_search_locations)
+            )
+        if spec is None:
+            raise InputError(f"--preload {name}: no module named {name!r}")
+
+
+class PreloadError(Exception):
+    """A preload whose import raised: the module and the error, one line."""
+
+    def __init__(self, module: str, error: BaseException):
+        super().__init__(f"--preload {module}: {type(error).__name__}: {error}")
+        self.module = module
+
+
+def import_all(names: Iterable[str]) -> list[str]:
+    """Imports each module; returns those newly imported. PreloadError for
+    the first one whose import raises."""
+    done = []
+    for name in names:
+        if name in sys.modules:
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception as error:
+            raise PreloadError(name, error) from None
+        done.append(name)
+    return done
+
+
+def fork_unsafe() -> str:
+    """Why forking now would break the rule above, or "" when it is safe."""
+    import threading
+
+    others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    if others:
+        return f"a thread is running ({', '.join(others)}); forked workers could deadlock"
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return "CUDA is initialised; forked workers cannot use it"
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return "a process group is open; forked workers would share its connections"
+    return ""

@@ -1,0 +1,206 @@
+"""The caller's side: ``pyinit run`` handing its agent to a warm
+interpreter and relaying signals and the exit status, and ``pyinit warm``
+starting, asking and stopping one. The standard library only: this is on
+every launch's path."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyinit.run.warm import protocol
+
+# Long enough for a warm interpreter still importing (a run that came first).
+ANSWER_TIMEOUT_S = 120.0
+LIMITS = ("RLIMIT_NOFILE", "RLIMIT_NPROC", "RLIMIT_CORE", "RLIMIT_STACK", "RLIMIT_MEMLOCK",
+          "RLIMIT_AS", "RLIMIT_DATA", "RLIMIT_FSIZE", "RLIMIT_CPU", "RLIMIT_NICE", "RLIMIT_RTPRIO",
+          "RLIMIT_SIGPENDING", "RLIMIT_MSGQUEUE", "RLIMIT_LOCKS", "RLIMIT_RSS")  # fmt: skip
+ESCALATING = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class WarmEnded(Exception):
+    """The warm interpreter went away during the run: one line saying so."""
+
+
+@dataclass
+class WarmLaunch:
+    sock: socket.socket
+    agent_pid: int
+    warm_pid: int
+    forked_at: float  # CLOCK_BOOTTIME of the agent's fork
+
+
+def socket_path(environ: Mapping[str, str] = os.environ) -> Path | None:
+    """The user's warm socket when its folder exists (PermissionError when
+    the folder is refused, see protocol.checked_folder)."""
+    folder = protocol.checked_folder(protocol.folder(environ), create=False)
+    return None if folder is None else folder / protocol.SOCKET_NAME
+
+
+def connect(environ: Mapping[str, str] = os.environ) -> socket.socket | None:
+    """A connection to the user's warm interpreter; None when none runs."""
+    path = socket_path(environ)
+    if path is None:
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        sock.connect(str(path))
+    except (FileNotFoundError, ConnectionRefusedError):
+        sock.close()
+        return None
+    return sock
+
+
+def request(op: str, environ: Mapping[str, str] = os.environ) -> dict[str, Any] | None:
+    """A status or stop answer; None when no warm interpreter runs."""
+    sock = connect(environ)
+    if sock is None:
+        return None
+    with sock:
+        sock.settimeout(ANSWER_TIMEOUT_S)
+        try:
+            protocol.send(sock, {"op": op})
+            answer, _ = protocol.receive(sock)
+        except (ConnectionResetError, BrokenPipeError):
+            return None  # it closed its socket while stopping
+    return answer
+
+
+def hand_over(args: Sequence[str], env: Mapping[str, str], preloads: Sequence[str],
+              store_fd: int | None, store_env: str) -> WarmLaunch | str | None:  # fmt: skip
+    """The agent (`args` as pyinit.run.agent takes them) started by the warm
+    interpreter with this process's standard streams, folder, umask, limits
+    and affinity and `env`; the reason in one line when it would not serve
+    this launch; None when no warm interpreter runs."""
+    try:
+        sock = connect(env)
+    except PermissionError as error:
+        return f"{error.filename}: {error.strerror}"
+    if sock is None:
+        return None
+    stdio = [fd for fd in (0, 1, 2) if _is_open(fd)]
+    if len(stdio) < 3:
+        sock.close()
+        return "a standard stream is closed here"
+    umask = os.umask(0)
+    os.umask(umask)
+    launch = {
+        "op": "launch", "args": list(args), "env": dict(env), "cwd": os.getcwd(), "umask": umask,
+        "limits": {name: resource.getrlimit(getattr(resource, name)) for name in LIMITS
+                   if hasattr(resource, name)},
+        "affinity": sorted(os.sched_getaffinity(0)), "preloads": list(preloads),
+        "identity": protocol.Identity.here(env, protocol.agent_sys_path()).to_dict(),
+        "store_env": store_env,
+    }  # fmt: skip
+    fds = stdio + ([store_fd] if store_fd is not None else [])
+    try:
+        sock.settimeout(ANSWER_TIMEOUT_S)
+        protocol.send(sock, launch, fds)
+        answer, _ = protocol.receive(sock)
+    except (OSError, ValueError) as error:
+        sock.close()
+        return f"the warm interpreter did not answer ({error})"
+    if answer is None:
+        sock.close()
+        return "the warm interpreter closed the connection"
+    if not answer.get("ok"):
+        sock.close()
+        return str(answer.get("reason", "refused"))
+    sock.settimeout(None)
+    return WarmLaunch(sock, int(answer["pid"]), int(answer["warm_pid"]),
+                      float(answer["forked_at"]))  # fmt: skip
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def relay(launch: WarmLaunch, signals: Sequence[int], on_signal: Callable[[int], None],
+          on_tick: Callable[[], None], tick_s: float, grace_s: float) -> int:  # fmt: skip
+    """Until the agent ends: each of `signals` this process receives goes to
+    it (TERM, INT and HUP then have `grace_s` before the launch is KILLed),
+    `on_tick` runs every `tick_s`. The agent's exit status (128+N for signal
+    N). WarmEnded when the warm interpreter went away first. The other
+    threads of this process must have `signals` blocked."""
+    read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in signals}
+    wakeup = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
+    kill_at = 0.0
+    try:
+        while True:
+            ready, _, _ = select.select([launch.sock, read_fd], [], [], tick_s)
+            with contextlib.suppress(BlockingIOError):
+                for sig in os.read(read_fd, 256):
+                    if sig not in previous:
+                        continue
+                    on_signal(sig)
+                    with contextlib.suppress(OSError):
+                        protocol.send(launch.sock, {"signal": sig})
+                    if sig in ESCALATING and not kill_at:
+                        kill_at = time.monotonic() + grace_s
+            if launch.sock in ready:
+                try:
+                    answer, _ = protocol.receive(launch.sock)
+                except (OSError, ValueError):
+                    answer = None
+                if answer is None or "exit" not in answer:
+                    why = (answer or {}).get("ended") or (
+                        f"the warm interpreter's keeper of this run went away "
+                        f"(warm interpreter pid {launch.warm_pid})")  # fmt: skip
+                    raise WarmEnded(why)
+                return int(answer["exit"])
+            if kill_at and time.monotonic() >= kill_at:
+                with contextlib.suppress(OSError):
+                    protocol.send(launch.sock, {"kill": True})
+                kill_at = float("inf")
+            on_tick()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        signal.set_wakeup_fd(wakeup)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        os.close(read_fd)
+        os.close(write_fd)
+        launch.sock.close()
+
+
+def start(preloads: Sequence[str], idle_timeout: float, wait_ready: bool,
+          environ: Mapping[str, str] = os.environ) -> tuple[int, str]:  # fmt: skip
+    """Starts a warm interpreter in a session of its own, with this
+    environment, and waits until its socket is bound (a launch then waits
+    for its imports rather than starting cold). With `wait_ready`, until it
+    has imported too: (0, "ready PID SECONDS"), or (1, its one-line error)."""
+    folder = protocol.checked_folder(protocol.folder(environ), create=True)
+    assert folder is not None
+    read_fd, write_fd = os.pipe()
+    command = [sys.executable, "-P", "-m", "pyinit.run.warm.server",
+               "--preload", ",".join(preloads), "--idle-timeout", str(idle_timeout),
+               "--ready-fd", str(write_fd)]  # fmt: skip
+    with open(folder / protocol.LOG_NAME, "ab") as log:
+        subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                         start_new_session=True, pass_fds=(write_fd,),
+                         env=dict(environ))  # fmt: skip
+    os.close(write_fd)
+    with os.fdopen(read_fd) as ready:
+        said = ready.readline().strip()
+        if said == "bound" and wait_ready:
+            said = ready.readline().strip()
+    if said == "bound" or said.startswith("ready"):
+        return 0, said
+    return 1, said.removeprefix("error ") or "the warm interpreter ended before it was ready"

@@ -1,0 +1,251 @@
+"""What both sides of a warm launch share: where the socket is, how a
+message travels, and what a launch must share with the warm interpreter
+(:class:`Identity`) for the fork to be what a fresh start would have been."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import socket
+import stat
+import struct
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+FOLDER_ENV = "PYINIT_WARM_DIR"  # another folder than the user's default
+SOCKET_NAME = "warm.sock"
+LOG_NAME = "warm.log"
+MAX_MESSAGE = 16 << 20  # an environment and argv fit many times over
+HEADER = struct.Struct("<I")
+MAX_FDS = 8
+DEFAULT_IDLE_TIMEOUT_S = 1800.0
+
+# Read by libraries as they load (C code's getenv: the OpenMP and BLAS runtimes,
+# the dynamic loader) or by the interpreter as it starts: the warm interpreter's
+# values are baked in. Whatever Python code looks up while the warm interpreter
+# imports is recorded there too (Identity.import_env), torch's configuration
+# modules (TORCHDYNAMO_*, TORCHINDUCTOR_*, TORCH_LOGS, PYTORCH_JIT...) among it.
+IMPORT_TIME_PREFIXES = ("PYTHON", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "LD_", "LC_",
+                        "TORCHDYNAMO_", "TORCHINDUCTOR_", "TORCH_COMPILE")  # fmt: skip
+IMPORT_TIME_NAMES = frozenset({"LANG", "LANGUAGE", "TORCH_LOGS", "TORCH_CPP_LOG_LEVEL",
+                               "TORCH_SHOW_CPP_STACKTRACES", "PYTORCH_JIT"})  # fmt: skip
+# Set by pyinit run for every launch, or by the shell for every command (a
+# module may look PWD up as it loads, TERM for colours): never compared.
+PER_LAUNCH_PREFIXES = ("PYINIT_",)
+PER_COMMAND_NAMES = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "TERM"})
+
+
+def import_time(name: str) -> bool:
+    return name in IMPORT_TIME_NAMES or name.startswith(IMPORT_TIME_PREFIXES)
+
+
+def folder(environ: Mapping[str, str] = os.environ) -> Path:
+    """The user's folder for the socket: PYINIT_WARM_DIR, else
+    $XDG_RUNTIME_DIR/pyinit (systemd's per-user tmpfs), else /tmp/pyinit-UID."""
+    if environ.get(FOLDER_ENV):
+        return Path(environ[FOLDER_ENV])
+    runtime = environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime):
+        return Path(runtime, "pyinit")
+    return Path(f"/tmp/pyinit-{os.geteuid()}")
+
+
+def checked_folder(path: Path, create: bool) -> Path | None:
+    """`path` when it is a folder of this user's that nobody else may enter
+    (created 0700 when asked and missing); None when it is missing.
+    PermissionError naming it otherwise: another user's folder, or a mode
+    that lets others in, is where someone else could put a socket."""
+    if create:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISDIR(info.st_mode):
+        why = "not a folder"
+    elif info.st_uid != os.geteuid():
+        why = f"owned by uid {info.st_uid}, not {os.geteuid()}"
+    elif info.st_mode & 0o077:
+        why = f"mode {stat.S_IMODE(info.st_mode):04o} lets others in (0700 wanted)"
+    else:
+        return path
+    raise PermissionError(errno.EACCES, f"the warm interpreter's folder is refused: {why}",
+                          str(path))  # fmt: skip
+
+
+def send(sock: socket.socket, message: Mapping[str, Any], fds: Sequence[int] = ()) -> None:
+    """One message: its length, then JSON; descriptors travel with the first bytes."""
+    data = json.dumps(message).encode()
+    packet = HEADER.pack(len(data)) + data
+    if fds:
+        sent = socket.send_fds(sock, [packet], list(fds))
+        if sent < len(packet):  # an empty sendall still writes: EPIPE once the peer is done
+            sock.sendall(packet[sent:])
+    else:
+        sock.sendall(packet)
+
+
+def receive(sock: socket.socket, max_fds: int = 0) -> tuple[dict[str, Any] | None, list[int]]:
+    """The next message and the descriptors that came with it; (None, [])
+    when the other side has closed. ValueError for what is not a message."""
+    head, fds = bytearray(), []
+    while len(head) < HEADER.size:
+        if max_fds and not head:
+            chunk, got, _flags, _addr = socket.recv_fds(sock, HEADER.size, max_fds)
+            fds.extend(got)
+        else:
+            chunk = sock.recv(HEADER.size - len(head))
+        if not chunk:
+            for fd in fds:
+                os.close(fd)
+            return None, []
+        head += chunk
+    (length,) = HEADER.unpack(head)
+    if length > MAX_MESSAGE:
+        raise ValueError(f"a message of {length} bytes (at most {MAX_MESSAGE})")
+    body = bytearray()
+    while len(body) < length:
+        chunk = sock.recv(min(length - len(body), 1 << 20))
+        if not chunk:
+            raise ValueError("the message was cut short")
+        body += chunk
+    message = json.loads(body)
+    if not isinstance(message, dict):
+        raise ValueError("a message must be a JSON object")
+    return message, fds
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The connected process's uid, from the kernel (SO_PEERCRED)."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
+
+
+NAMESPACES = ("mnt", "net", "pid", "ipc", "uts", "user", "cgroup")
+# What else of the process must be the same, and how a difference is named.
+SHARED = {"uid": "user", "gid": "group", "groups": "set of supplementary groups",
+          "cgroup": "cgroup", "namespaces": "namespace",
+          "privileges": "set of capabilities, no_new_privs or seccomp"}  # fmt: skip
+STATUS_FIELDS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp")
+
+
+@dataclass
+class Identity:
+    """What a launch must share with the warm interpreter. Built from this
+    process and an environment; the agent's sys.path is the caller's without
+    the folder its own start put first (the agent starts with -P)."""
+
+    python: str
+    version: str
+    sys_path: list[str]
+    uid: int
+    gid: int
+    groups: list[int]
+    cgroup: str
+    namespaces: dict[str, str]
+    privileges: dict[str, str]
+    import_env: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def here(cls, environ: Mapping[str, str], agent_path: Sequence[str]) -> Identity:
+        return cls(
+            python=sys.executable, version=sys.version, sys_path=list(agent_path),
+            uid=os.geteuid(), gid=os.getegid(), groups=sorted(os.getgroups()),
+            cgroup=_read("/proc/self/cgroup"),
+            namespaces={ns: _link(f"/proc/self/ns/{ns}") for ns in NAMESPACES},
+            privileges=_status_fields(),
+            import_env={k: v for k, v in environ.items() if import_time(k)},
+        )  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def difference(self, launch: Mapping[str, Any], environ: Mapping[str, str],
+                   read_at_import: frozenset[str]) -> str:  # fmt: skip
+        """Why a launch with `launch` (another Identity's dict) and the
+        caller's full `environ` cannot use this warm interpreter; "" when it can."""
+        if launch.get("python") != self.python or launch.get("version") != self.version:
+            return f"another interpreter ({launch.get('python')}, this one is {self.python})"
+        if launch.get("sys_path") != self.sys_path:
+            return "another sys.path (" + _first_difference(launch.get("sys_path"),
+                                                            self.sys_path) + ")"  # fmt: skip
+        for key, what in SHARED.items():
+            if launch.get(key) != getattr(self, key):
+                if key == "namespaces":
+                    ns = next(n for n in NAMESPACES if launch[key].get(n) != self.namespaces[n])
+                    what = f"{ns} namespace"
+                return f"another {what} here than the warm interpreter's"
+        names = set(self.import_env) | {k for k in environ if import_time(k)} | read_at_import
+        for name in sorted(names):
+            if name.startswith(PER_LAUNCH_PREFIXES) or name in PER_COMMAND_NAMES:
+                continue
+            mine, theirs = self.import_env.get(name), environ.get(name)
+            if mine != theirs:
+                shown = "unset" if theirs is None else f"{name}={theirs!r:.60}"
+                was = "unset" if mine is None else f"{mine!r:.60}"
+                return f"{name} differs ({shown} here, {was} in the warm interpreter)"
+        return ""
+
+
+def _first_difference(theirs: Any, mine: Sequence[str]) -> str:
+    theirs = list(theirs or [])
+    for a, b in zip(theirs, mine, strict=False):
+        if a != b:
+            return f"{a} here, {b} in the warm interpreter"
+    return f"{len(theirs)} entries here, {len(mine)} in the warm interpreter"
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def _link(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""
+
+
+def _status_fields() -> dict[str, str]:
+    found = {}
+    for line in _read("/proc/self/status").splitlines():
+        key, _, value = line.partition(":")
+        if key in STATUS_FIELDS:
+            found[key] = value.strip()
+    return found
+
+
+def agent_sys_path() -> list[str]:
+    """The sys.path an agent started from here would have: this one, less
+    the script's or working folder its own start put first (-P keeps it off)."""
+    return list(sys.path) if sys.flags.safe_path else list(sys.path[1:])
+
+
+@contextlib.contextmanager
+def recording_environ_reads() -> Iterator[set[str]]:
+    """The names Python code looks up in os.environ inside the block (not
+    those it meets walking the whole mapping, as tqdm does for its prefix)."""
+    seen: set[str] = set()
+    environ_type = type(os.environ)
+    lookup = environ_type.__getitem__
+
+    def recorded(self: Any, key: str) -> Any:
+        caller = sys._getframe(1).f_code.co_filename
+        if "_collections_abc" not in caller:
+            seen.add(key)
+        return lookup(self, key)
+
+    environ_type.__getitem__ = recorded  # type: ignore[method-assign]
+    try:
+        yield seen
+    finally:
+        environ_type.__getitem__ = lookup  # type: ignore[method-assign]

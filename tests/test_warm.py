@@ -1,0 +1,382 @@
+"""Warm starts: preloads before the fork, a warm interpreter per user that
+pyinit run hands its agent to, and restarts that fork warm."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import BIN_DIR
+
+DETERMINISTIC = Path(__file__).parent / "data" / "deterministic_train.py"
+PYINIT = str(BIN_DIR / "pyinit")
+
+
+def folder_env(folder: Path, **extra: str) -> dict[str, str]:
+    return dict(os.environ, PYINIT_WARM_DIR=str(folder), **extra)
+
+
+def start_warm(env: dict[str, str], *options: str) -> subprocess.CompletedProcess:
+    return subprocess.run([PYINIT, "warm", "start", *options], env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+def stop_warm(env: dict[str, str]) -> None:
+    subprocess.run([PYINIT, "warm", "stop"], env=env, capture_output=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def warm_env(tmp_path_factory) -> Iterator[dict[str, str]]:
+    """The environment of runs that find a warm interpreter (started here)."""
+    folder = tmp_path_factory.mktemp("warm-shared")
+    folder.chmod(0o700)
+    env = folder_env(folder)
+    started = start_warm(env)
+    assert started.returncode == 0, started.stderr
+    yield env
+    stop_warm(env)
+
+
+@pytest.fixture
+def own_warm(tmp_path) -> Iterator[dict[str, str]]:
+    """A warm interpreter of the test's own, which it may kill."""
+    folder = tmp_path / "warm"
+    folder.mkdir(mode=0o700)
+    env = folder_env(folder)
+    started = start_warm(env)
+    assert started.returncode == 0, started.stderr
+    yield env
+    stop_warm(env)
+
+
+def run(env: dict[str, str], run_dir: Path, *options: str, script_args: tuple[str, ...] = (),
+        script: Path = DETERMINISTIC) -> subprocess.CompletedProcess:  # fmt: skip
+    if script == DETERMINISTIC and "--out" not in script_args:
+        script_args = (*script_args, "--out", str(run_dir))  # the run folder exists by then
+    return subprocess.run([PYINIT, "run", "--nproc-per-node", "2", "--run-dir", str(run_dir),
+                           *options, "--", str(script), *script_args], env=env,
+                          capture_output=True, text=True, timeout=240)  # fmt: skip
+
+
+def events(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+
+
+def warm_event(run_dir: Path) -> dict:
+    return next((e for e in events(run_dir) if e["event"] == "warm"), {})
+
+
+def losses(folder: Path) -> list[str]:
+    lines = [(folder / f"losses-rank{rank}.txt").read_text() for rank in (0, 1)]
+    assert all(text.count("\n") == 6 for text in lines), lines
+    return lines
+
+
+def test_the_default_preloads_cover_a_first_ddp_step():
+    """What a step imports lazily is imported by the preloads: after them,
+    a DDP construction, forward, backward and AdamW step import nothing of
+    dynamo, inductor, fx or sympy; and the preloads leave it safe to fork."""
+    script = """
+import sys
+from pyinit.run.preload import DEFAULT_PRELOADS, fork_unsafe, import_all
+import_all(DEFAULT_PRELOADS)
+assert fork_unsafe() == "", fork_unsafe()
+before = set(sys.modules)
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
+optimizer = torch.optim.AdamW(model.parameters())
+model(torch.randn(2, 4)).sum().backward()
+optimizer.step()
+heavy = ("torch._dynamo", "torch._inductor", "torch.fx", "sympy")
+print(sorted(m for m in set(sys.modules) - before if m.startswith(heavy)))
+"""
+    result = subprocess.run([sys.executable, "-P", "-c", script], capture_output=True, text=True,
+                            timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "[]"
+
+
+def test_warm_cold_and_spawned_runs_give_identical_losses(warm_env, tmp_path):
+    kinds = {"cold": ("--cold",), "spawn": ("--cold", "--worker-start", "spawn"), "warm": ()}
+    for kind, options in kinds.items():
+        result = run(warm_env, tmp_path / kind, *options)
+        assert result.returncode == 0, result.stderr[-3000:]
+    assert losses(tmp_path / "cold") == losses(tmp_path / "spawn") == losses(tmp_path / "warm")
+    assert warm_event(tmp_path / "warm")["used"] is True
+    assert warm_event(tmp_path / "cold") == {}  # --cold does not even look
+    # The warm run's agent imported nothing; its workers neither.
+    phases = [e for e in events(tmp_path / "warm") if e["event"] == "phase"]
+    agent_import = next(e for e in phases if e["name"] == "agent import torch")
+    assert agent_import["preloaded"] is True
+    assert all(e["torch_loaded"] for e in phases if e["name"] == "worker start")
+    assert not [e for e in phases if e["name"] == "import torch"]
+    status = subprocess.run([PYINIT, "warm", "status", "--json"], env=warm_env,
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    answer = json.loads(status.stdout)
+    assert answer["launches"] >= 1 and answer["running"] == 0 and answer["rss_bytes"] > 0
+    assert answer["preloads"] == ["torch", "torch._dynamo"]
+
+
+def test_the_first_step_is_split_into_its_parts(warm_env, tmp_path):
+    result = run(warm_env, tmp_path, "--cold")
+    assert result.returncode == 0, result.stderr[-3000:]
+    phases = [e for e in events(tmp_path) if e["event"] == "phase" and "rank" in e]
+    for rank in (0, 1):
+        mine = {e["name"]: e for e in phases if e["rank"] == rank}
+        order = ["process group", "script setup", "first forward", "first backward",
+                 "first optimizer step"]  # fmt: skip
+        for earlier, later in itertools.pairwise(order):
+            assert mine[earlier]["end"] <= mine[later]["start"] + 1e-6, (earlier, later)
+        assert mine["first step"]["start"] == mine["first forward"]["start"]
+        assert mine["first step"]["end"] >= mine["first optimizer step"]["end"]
+    timeline = subprocess.run([PYINIT, "timeline", str(tmp_path)], capture_output=True,
+                              text=True, timeout=60)  # fmt: skip
+    assert "first backward" in timeline.stdout and "not in the log" not in timeline.stdout
+
+
+def test_a_changed_preloaded_module_starts_cold_and_says_why(tmp_path):
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    heavy = modules / "heavymod.py"
+    heavy.write_text("VALUE = 1\n")
+    folder = tmp_path / "warm"
+    folder.mkdir(mode=0o700)
+    env = folder_env(folder, PYTHONPATH=str(modules))
+    started = start_warm(env, "--preload", "heavymod")
+    assert started.returncode == 0, started.stderr
+    try:
+        first = run(env, tmp_path / "first", "--preload", "heavymod")
+        assert first.returncode == 0, first.stderr[-3000:]
+        assert warm_event(tmp_path / "first")["used"] is True
+        heavy.write_text("VALUE = 2  # changed\n")
+        second = run(env, tmp_path / "second", "--preload", "heavymod")
+        assert second.returncode == 0, second.stderr[-3000:]
+        said = [line for line in second.stderr.splitlines() if "starting cold" in line]
+        assert said == [f"pyinit run: starting cold: {heavy} changed since the warm interpreter "
+                        "imported it"]  # fmt: skip
+        assert warm_event(tmp_path / "second")["used"] is False
+        # Another environment torch reads as it loads: cold too, naming the variable.
+        third = run(dict(env, TORCHINDUCTOR_MAX_AUTOTUNE="1"), tmp_path / "third")
+        assert "starting cold: TORCHINDUCTOR_MAX_AUTOTUNE differs" in third.stderr
+    finally:
+        stop_warm(env)
+
+
+@pytest.mark.root
+def test_another_user_is_refused_before_anything_is_read():
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to act as another user")
+    # Outside pytest's own 0700 folders, so that the other user can reach it.
+    folder = Path(tempfile.mkdtemp(prefix="pyinit-warm-", dir="/tmp"))
+    own_warm = folder_env(folder)
+    try:
+        started = start_warm(own_warm)
+        assert started.returncode == 0, started.stderr
+        refused_before_reading(folder, own_warm)
+    finally:
+        stop_warm(own_warm)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def refused_before_reading(folder: Path, own_warm: dict[str, str]) -> None:
+    # As if someone had opened the folder up: the uid check is what still refuses.
+    folder.chmod(0o711)
+    (folder / "warm.sock").chmod(0o666)
+    client = (
+        "import json, socket, struct\n"
+        f"s = socket.socket(socket.AF_UNIX); s.connect({str(folder / 'warm.sock')!r})\n"
+        "data = json.dumps({'op': 'launch', 'args': [], 'env': {}}).encode()\n"
+        "s.sendall(struct.pack('<I', len(data)) + data)\n"
+        "head = s.recv(4); (n,) = struct.unpack('<I', head); body = b''\n"
+        "while len(body) < n: body += s.recv(n - len(body))\n"
+        "print(json.loads(body))\n"
+    )
+    result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                             "/usr/bin/python3", "-c", client], capture_output=True, text=True,
+                            timeout=60, cwd="/")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "'ok': False" in result.stdout and "refused" in result.stdout
+    assert "refused a connection from uid 65534" in (folder / "warm.log").read_text()
+    folder.chmod(0o700)  # the owner's client refuses a folder others may enter
+    status = subprocess.run([PYINIT, "warm", "status", "--json"], env=own_warm,
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert json.loads(status.stdout)["launches"] == 0
+
+
+def test_a_folder_others_may_enter_is_refused(tmp_path):
+    folder = tmp_path / "open"
+    folder.mkdir(mode=0o755)
+    folder.chmod(0o755)
+    env = folder_env(folder)
+    started = start_warm(env)
+    assert started.returncode == 1
+    assert started.stderr == (f"pyinit: {folder}: the warm interpreter's folder is refused: "
+                              "mode 0755 lets others in (0700 wanted)\n")  # fmt: skip
+    result = run(env, tmp_path / "run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (f"pyinit run: starting cold: {folder}: the warm interpreter's folder is refused"
+            in result.stderr)  # fmt: skip
+
+
+FOREVER = """import os, sys, time
+import torch.distributed as dist
+dist.init_process_group("gloo")
+open(os.path.join(sys.argv[1], f"worker-{dist.get_rank()}.pid"), "w").write(str(os.getpid()))
+while True:
+    time.sleep(0.1)
+"""
+
+
+def start_forever(env: dict[str, str], tmp_path: Path) -> tuple[subprocess.Popen, list[int]]:
+    script = tmp_path / "forever.py"
+    script.write_text(FOREVER)
+    command = [PYINIT, "run", "--nproc-per-node", "2", "--run-dir", str(tmp_path / "run"), "--",
+               str(script), str(tmp_path)]  # fmt: skip
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    deadline = time.monotonic() + 120
+    files = [tmp_path / f"worker-{rank}.pid" for rank in (0, 1)]
+    while not all(f.exists() and f.read_text() for f in files):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    agent = warm_event(tmp_path / "run")["agent_pid"]
+    return proc, [agent, *(int(f.read_text()) for f in files)]
+
+
+def gone(pids: list[int], within: float = 30.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not any(Path(f"/proc/{pid}").exists() for pid in pids):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_to_a_warm_launched_run_ends_it_as_a_cold_one(warm_env, tmp_path, sig, status):
+    proc, pids = start_forever(warm_env, tmp_path)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == status, err[-3000:]
+    assert gone(pids)
+    assert err.rstrip().splitlines()[-1].startswith(f"pyinit run: exited with status {status}")
+    assert "Traceback" not in err
+
+
+def test_kill_9_of_a_warm_launched_run_leaves_nothing(warm_env, tmp_path):
+    proc, pids = start_forever(warm_env, tmp_path)
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert gone(pids)
+
+
+def test_kill_9_of_the_warm_interpreter_ends_the_run_in_one_line(own_warm, tmp_path):
+    proc, pids = start_forever(own_warm, tmp_path)
+    warm_pid = warm_event(tmp_path / "run")["pid"]
+    os.kill(warm_pid, signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert gone(pids)
+    lines = err.rstrip().splitlines()
+    assert lines[-2:] == [
+        f"pyinit run: the warm interpreter (pid {warm_pid}) ended during the run",
+        f"pyinit run: exited with status 1; torchrun's own log: {tmp_path / 'run' / 'agent.log'}",
+    ], err[-3000:]
+
+
+def test_a_restarted_group_forks_warm_and_shows_its_phases(warm_env, tmp_path):
+    result = run(warm_env, tmp_path, "--cold", "--max-restarts", "1",
+                 script_args=("--kill-at", "3"))  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    phases = [e for e in events(tmp_path) if e["event"] == "phase" and e.get("attempt") == 1]
+    names = {e["name"] for e in phases}
+    assert {"restart detect", "restart stop", "restart rendezvous", "restart start workers",
+            "worker start", "process group", "first step"} <= names  # fmt: skip
+    assert "import torch" not in names
+    assert all(e["torch_loaded"] for e in phases if e["name"] == "worker start")
+    timeline = subprocess.run([PYINIT, "timeline", str(tmp_path)], capture_output=True,
+                              text=True, timeout=60)  # fmt: skip
+    line = next(x for x in timeline.stdout.splitlines() if x.startswith("restart 1:"))
+    assert "first step again" in line and "no import of torch" in line
+
+
+def test_keep_warm_leaves_one_for_the_next_launch(tmp_path):
+    folder = tmp_path / "warm"
+    folder.mkdir(mode=0o700)
+    env = folder_env(folder)
+    try:
+        first = run(env, tmp_path / "first", "--keep-warm")
+        assert first.returncode == 0, first.stderr[-3000:]
+        assert "a warm interpreter is starting for the next launch" in first.stderr
+        second = run(env, tmp_path / "second")  # waits for it, if it is still importing
+        assert second.returncode == 0, second.stderr[-3000:]
+        assert warm_event(tmp_path / "second")["used"] is True
+    finally:
+        stop_warm(env)
+
+
+def test_bad_preloads_and_warm_commands(tmp_path):
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    (modules / "boom.py").write_text("raise RuntimeError('no GPU driver here')\n")
+    folder = tmp_path / "warm"
+    folder.mkdir(mode=0o700)
+    env = folder_env(folder, PYTHONPATH=str(modules))
+    missing = run(env, tmp_path / "a", "--preload", "nosuchmodule")
+    assert (missing.returncode, missing.stderr) == (
+        2, "pyinit: --preload nosuchmodule: no module named 'nosuchmodule'\n")  # fmt: skip
+    assert not (tmp_path / "a").exists()  # refused before anything started
+    spawned = run(env, tmp_path / "b", "--preload", "json", "--worker-start", "spawn")
+    assert spawned.returncode == 2 and "--preload" in spawned.stderr
+    raising = run(env, tmp_path / "c", "--cold", "--preload", "boom")
+    assert raising.returncode == 1
+    assert ("pyinit run: torchrun's agent failed: --preload boom: RuntimeError: no GPU driver "
+            "here") in raising.stderr  # fmt: skip
+    assert "Traceback" not in raising.stderr
+    start_missing = start_warm(env, "--preload", "nosuchmodule")
+    assert start_missing.returncode == 2
+    start_raising = start_warm(env, "--preload", "boom")
+    assert (start_raising.returncode, start_raising.stderr) == (
+        1, "pyinit warm: --preload boom: RuntimeError: no GPU driver here\n")  # fmt: skip
+    stopped = subprocess.run([PYINIT, "warm", "stop"], env=env, capture_output=True, text=True,
+                             timeout=60)  # fmt: skip
+    assert (stopped.returncode, stopped.stdout) == (0, "pyinit warm: none running\n")
+    status = subprocess.run([PYINIT, "warm", "status"], env=env, capture_output=True, text=True,
+                            timeout=60)  # fmt: skip
+    assert (status.returncode, status.stderr) == (1, "pyinit warm: none running\n")
+
+
+def test_malformed_requests_are_refused_and_the_warm_interpreter_serves_on(warm_env):
+    """A client of the same user may send anything: each is one refusal or
+    one log line, and the next run is still served."""
+    from pyinit.run.warm import protocol
+
+    path = str(Path(warm_env["PYINIT_WARM_DIR"]) / "warm.sock")
+    packets = [b"\x05\x00\x00\x00{{{{{", b"\x00\x00\x00\x40", b"\x02\x00\x00\x00[]"]
+    for message in ({"op": "launch"}, {"op": "launch", "args": [1], "env": {}}, {"op": "?"}):
+        data = json.dumps(message).encode()
+        packets.append(len(data).to_bytes(4, "little") + data)
+    answers = []
+    for packet in packets:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(path)
+            sock.sendall(packet)
+            answers.append(protocol.receive(sock)[0])
+    assert answers[:3] == [None, None, None]  # unreadable: closed after a log line
+    assert [a["ok"] for a in answers[3:]] == [False, False, False]
+    assert "malformed launch" in answers[3]["reason"]
+    status = subprocess.run([PYINIT, "warm", "status", "--json"], env=warm_env,
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert status.returncode == 0 and json.loads(status.stdout)["running"] == 0
