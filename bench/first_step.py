@@ -1,17 +1,25 @@
-"""Launch to the first training step, as a user would time it: `pyinit run`
-(workers forked with torch loaded, the default), `pyinit run --worker-start
+"""Launch to the first training step, and a restart to its first step, as
+a user would time them: `pyinit run --cold` (torchrun's agent started afresh,
+workers forked from it with torch and the preloads loaded), `pyinit run` handed
+to a warm interpreter (`pyinit warm start` first), `pyinit run --worker-start
 spawn` and plain `torchrun --standalone`, each running examples/train_tiny.py
 on every GPU (two gloo workers without GPUs), interleaved round by round.
 
-    python bench/first_step.py --data SHARDS [--rounds 4] [--steps 20] [--out DIR]
+    python bench/first_step.py --data SHARDS [--rounds 4] [--steps 20] [--kill-at 20] [--out DIR]
 
 The headline figure is the wall time from starting the launcher to the
 example's first `step` line on stdout. Beside it, from the workers' marks in
 the run's event log (pyinit.run.wrapper; plain torchrun runs it with
 PYINIT_RUN_DIR set, which adds the marks and nothing else), when after the
 launch the last rank finished: its start, import torch, CUDA's start, the
-process group, the first step. Target (issue "Power-on to first gradient"):
-`pyinit run` at most 0.7x plain torchrun on a 2xH200 node.
+process group, the first step.
+
+The restart: the last rank is KILLed once it has done --kill-at steps, with
+--max-restarts 1; measured from the kill to the restarted group's first step
+on every rank, for `pyinit run --cold` (the new workers fork from the agent)
+and plain torchrun (fresh interpreters). Targets (issue "Warm starts"): cold
+at most 0.6x torchrun, warm at most 0.25x, the restart at most 0.3x
+torchrun's; the handoff to a warm interpreter at most 20 ms.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -32,48 +41,59 @@ from pyinit.bench.collectives import MULTICAST_OFF
 from pyinit.jsonfile import write_json
 from pyinit.plotting import pyplot, save_figure
 from pyinit.run.events import boottime
+from pyinit.run.progress import read_progress
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "train_tiny.py"
-TARGET_RATIO = 0.7
+TARGETS = {"cold": 0.6, "warm": 0.25, "restart": 0.3, "handoff_ms": 20.0}
 MARKS = ("worker start", "import torch", "device init", "process group", "first step")
+COLD, WARM, SPAWN, TORCHRUN = "pyinit run --cold", "pyinit run (warm)", "pyinit run (spawn)", (
+    "torchrun")  # fmt: skip
 
 
-def variants(nproc: int, script_args: list[str]) -> dict[str, Callable[[Path], list[str]]]:
-    """Each launcher's command line for a run folder."""
+def variants(nproc: int, script_args: list[str]) -> dict[str, Callable[[Path, int], list[str]]]:
+    """Each launcher's command line for a run folder and a restart count."""
     # The pyinit beside this interpreter: a user's PATH may not hold the venv.
     pyinit = shutil.which("pyinit", path=str(Path(sys.executable).parent)) or "pyinit"
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nproc-per-node", str(nproc)]  # fmt: skip
 
-    def pyinit_run(start: str) -> Callable[[Path], list[str]]:
-        head = [pyinit, "run", "--nproc-per-node", str(nproc), "--worker-start", start]
-        return lambda folder: [*head, "--run-dir", str(folder), "--", str(EXAMPLE), *script_args]
+    def pyinit_run(*options: str) -> Callable[[Path, int], list[str]]:
+        head = [pyinit, "run", "--nproc-per-node", str(nproc), *options]
+        return lambda folder, restarts: [*head, "--max-restarts", str(restarts), "--run-dir",
+                                         str(folder), "--", str(EXAMPLE), *script_args]  # fmt: skip
 
-    def plain(folder: Path) -> list[str]:
+    def plain(folder: Path, restarts: int) -> list[str]:
         (folder / "status").mkdir(parents=True, exist_ok=True)
-        return [*torchrun, "-m", "pyinit.run.wrapper", str(folder / "status"), "script",
-                str(EXAMPLE), *script_args]  # fmt: skip
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                str(nproc), "--max-restarts", str(restarts), "-m", "pyinit.run.wrapper",
+                str(folder / "status"), "script", str(EXAMPLE), *script_args]  # fmt: skip
 
-    return {"pyinit run": pyinit_run("fork"), "pyinit run (spawn)": pyinit_run("spawn"),
-            "torchrun": plain}  # fmt: skip
+    return {COLD: pyinit_run("--cold"), WARM: pyinit_run(), SPAWN: pyinit_run(
+        "--cold", "--worker-start", "spawn"), TORCHRUN: plain}  # fmt: skip
 
 
-def one_run(command: list[str], folder: Path) -> dict[str, float]:
-    """Seconds from launch to the first step line, and to each worker mark."""
-    folder.mkdir(parents=True, exist_ok=True)
+def run_env(folder: Path, warm_dir: Path) -> dict[str, str]:
     # The installed package, never a checkout: no PYTHONPATH, and (as -P) no working
     # directory on sys.path in the interpreters plain torchrun starts.
-    env = dict(os.environ, PYINIT_RUN_DIR=str(folder), PYTHONSAFEPATH="1", **MULTICAST_OFF)
+    env = dict(os.environ, PYINIT_RUN_DIR=str(folder), PYTHONSAFEPATH="1",
+               PYINIT_WARM_DIR=str(warm_dir), **MULTICAST_OFF)  # fmt: skip
     env.pop("PYTHONPATH", None)
+    return env
+
+
+def events_of(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()]
+
+
+def one_run(command: list[str], folder: Path, warm_dir: Path) -> dict[str, float]:
+    """Seconds from launch to the first step line, and to each worker mark."""
+    folder.mkdir(parents=True, exist_ok=True)
     launched, launched_boot = time.perf_counter(), boottime()
     first_line = float("nan")
     with (
         (folder / "stderr.txt").open("w") as errors,
-        subprocess.Popen(
-            command, env=env, stdout=subprocess.PIPE, stderr=errors, text=True
-        ) as proc,
-    ):
+        subprocess.Popen(command, env=run_env(folder, warm_dir), stdout=subprocess.PIPE,
+                         stderr=errors, text=True) as proc,
+    ):  # fmt: skip
         for line in proc.stdout:
             if line.startswith("step ") and first_line != first_line:
                 first_line = time.perf_counter() - launched
@@ -82,12 +102,58 @@ def one_run(command: list[str], folder: Path) -> dict[str, float]:
         tail = (folder / "stderr.txt").read_text()[-6000:]
         raise RuntimeError(f"{' '.join(command[:3])}... exited with {code}:\n{tail}")
     figures = {"first step line": first_line}
-    events = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()]
+    events = events_of(folder)
     for mark in MARKS:
         ends = [e["end"] for e in events if e["event"] == "phase" and e["name"] == mark
-                and "rank" in e]  # fmt: skip
+                and "rank" in e and e.get("attempt", 0) == 0]  # fmt: skip
         figures[mark] = max(ends) - launched_boot if ends else float("nan")
+    warm = [e for e in events if e["event"] == "warm"]
+    if warm and warm[0].get("used"):
+        figures["handoff ms"] = warm[0]["handoff_s"] * 1e3
+    elif "--cold" not in command and command[0] != sys.executable:
+        raise RuntimeError(f"the warm run started cold: {warm[0].get('reason') if warm else ''}")
     return figures
+
+
+def restart_run(command: list[str], folder: Path, warm_dir: Path, kill_at: int,
+                victim: int) -> float:  # fmt: skip
+    """Seconds from KILLing rank `victim` at step `kill_at` to the restarted
+    group's first step on every rank."""
+    folder.mkdir(parents=True, exist_ok=True)
+    status = folder / "status"
+    with (folder / "stderr.txt").open("w") as errors, subprocess.Popen(
+            command, env=run_env(folder, warm_dir), stdout=subprocess.DEVNULL,
+            stderr=errors) as proc:  # fmt: skip
+        killed = 0.0
+        while proc.poll() is None and not killed:
+            for progress in read_progress(status):
+                if progress.rank == victim and progress.steps >= kill_at:
+                    killed = boottime()
+                    os.kill(progress.pid, signal.SIGKILL)
+            time.sleep(0.005)
+        code = proc.wait()
+    if code != 0 or not killed:
+        tail = (folder / "stderr.txt").read_text()[-6000:]
+        raise RuntimeError(f"restart run exited with {code} (killed: {bool(killed)}):\n{tail}")
+    firsts = [e["end"] for e in events_of(folder) if e["event"] == "phase"
+              and e["name"] == "first step" and e.get("attempt") == 1]  # fmt: skip
+    return max(firsts) - killed
+
+
+def warm_start(warm_dir: Path) -> float:
+    """Seconds from `pyinit warm start` to ready."""
+    pyinit = shutil.which("pyinit", path=str(Path(sys.executable).parent)) or "pyinit"
+    env = run_env(warm_dir, warm_dir)
+    began = time.perf_counter()
+    subprocess.run([pyinit, "warm", "start", "--idle-timeout", "3600"], env=env, check=True,
+                   capture_output=True)  # fmt: skip
+    return time.perf_counter() - began
+
+
+def warm_stop(warm_dir: Path) -> None:
+    pyinit = shutil.which("pyinit", path=str(Path(sys.executable).parent)) or "pyinit"
+    subprocess.run([pyinit, "warm", "stop"], env=run_env(warm_dir, warm_dir), check=True,
+                   capture_output=True)  # fmt: skip
 
 
 def main() -> int:
@@ -95,6 +161,7 @@ def main() -> int:
     parser.add_argument("--data", required=True, help="shards from pyinit shard")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--kill-at", type=int, default=20, help="the restart's step (0: none)")
     parser.add_argument("--machine", default=os.uname().nodename)
     parser.add_argument("--out", default=".", metavar="DIR",
                         help="folder for first_step.json and first_step.png")  # fmt: skip
@@ -103,28 +170,38 @@ def main() -> int:
 
     gpus = torch.cuda.device_count()
     nproc = gpus or 2
-    script_args = [
-        "--data",
-        str(Path(args.data).resolve()),
-        "--steps",
-        str(args.steps),
-        "--log-every",
-        "10",
-    ]
-    if not gpus:
-        script_args += ["--width", "32", "--layers", "1", "--seq-len", "32"]
+
+    def script_args(steps: int) -> list[str]:
+        words = ["--data", str(Path(args.data).resolve()), "--steps", str(steps),
+                 "--log-every", "10"]  # fmt: skip
+        return words + ([] if gpus else ["--width", "32", "--layers", "1", "--seq-len", "32"])
+
     runs: dict[str, list[dict[str, float]]] = {}
+    restarts: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as scratch:
-        chosen = variants(nproc, script_args)
-        names = list(chosen)
-        for round_no in range(args.rounds):
-            order = names[round_no % len(names) :] + names[: round_no % len(names)]
-            for name in order:
-                folder = Path(scratch) / f"{name.replace(' ', '_')}-{round_no}"
-                figures = one_run(chosen[name](folder), folder)
-                runs.setdefault(name, []).append(figures)
-                print(f"round {round_no} {name}: first step line at "
-                      f"{figures['first step line']:.2f} s", file=sys.stderr)  # fmt: skip
+        warm_dir = Path(scratch, "warm")
+        warm_dir.mkdir(mode=0o700)
+        ready_s = warm_start(warm_dir)
+        try:
+            chosen = variants(nproc, script_args(args.steps))
+            again = variants(nproc, script_args(2 * args.kill_at + 10))
+            names = list(chosen)
+            for round_no in range(args.rounds):
+                order = names[round_no % len(names) :] + names[: round_no % len(names)]
+                for name in order:
+                    folder = Path(scratch) / f"{name.replace(' ', '_')}-{round_no}"
+                    figures = one_run(chosen[name](folder, 0), folder, warm_dir)
+                    runs.setdefault(name, []).append(figures)
+                    print(f"round {round_no} {name}: first step line at "
+                          f"{figures['first step line']:.2f} s", file=sys.stderr)  # fmt: skip
+                for name in (COLD, TORCHRUN) if args.kill_at else ():
+                    folder = Path(scratch) / f"restart-{name.replace(' ', '_')}-{round_no}"
+                    took = restart_run(again[name](folder, 1), folder, warm_dir, args.kill_at,
+                                       nproc - 1)  # fmt: skip
+                    restarts.setdefault(name, []).append(took)
+                    print(f"round {round_no} {name}: restart in {took:.2f} s", file=sys.stderr)
+        finally:
+            warm_stop(warm_dir)
     median = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]}
               for name, rs in runs.items()}  # fmt: skip
     columns = ("first step line", *MARKS)
@@ -133,14 +210,25 @@ def main() -> int:
     print(f"{'launcher':20} " + " ".join(f"{c:>15}" for c in columns))
     for name, figures in median.items():
         print(f"{name:20} " + " ".join(f"{figures[c]:15.2f}" for c in columns))
-    ratio = median["pyinit run"]["first step line"] / median["torchrun"]["first step line"]
-    print(f"pyinit run / torchrun, launch to first step line: {ratio:.3f} "
-          f"(target at most {TARGET_RATIO})")  # fmt: skip
+    base = median[TORCHRUN]["first step line"]
+    ratios = {"cold": median[COLD]["first step line"] / base,
+              "warm": median[WARM]["first step line"] / base,
+              "handoff_ms": median[WARM]["handoff ms"]}  # fmt: skip
+    restart_median = {name: statistics.median(values) for name, values in restarts.items()}
+    if restart_median:
+        ratios["restart"] = restart_median[COLD] / restart_median[TORCHRUN]
+        print(f"restart, kill of rank {nproc - 1} at step {args.kill_at} to the first step after "
+              "it: " + ", ".join(f"{n} {s:.2f} s" for n, s in restart_median.items()))  # fmt: skip
+    for key, value in ratios.items():
+        what = "ms" if key == "handoff_ms" else "x torchrun"
+        print(f"{key:10} {value:8.3f} {what:10} (target at most {TARGETS[key]})")
+    print(f"pyinit warm start to ready: {ready_s:.2f} s")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     document = {"date": time.strftime("%Y-%m-%d"), "machine": args.machine, "gpus": gpus,
                 "workers": nproc, "rounds": args.rounds, "steps": args.steps, "runs": runs,
-                "median": median, "ratio": ratio, "target": TARGET_RATIO}  # fmt: skip
+                "median": median, "restarts": restarts, "restart_median": restart_median,
+                "ratios": ratios, "targets": TARGETS, "warm_start_s": ready_s}  # fmt: skip
     write_json(out / "first_step.json", document)
     plot(document, out / "first_step.png")
     return 0
