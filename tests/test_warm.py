@@ -310,6 +310,11 @@ def test_a_restarted_group_forks_warm_and_shows_its_phases(warm_env, tmp_path):
                               text=True, timeout=60)  # fmt: skip
     line = next(x for x in timeline.stdout.splitlines() if x.startswith("restart 1:"))
     assert "first step again" in line and "no import of torch" in line
+    report = subprocess.run([PYINIT, "report", str(tmp_path), "--out", str(tmp_path / "r.html")],
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert report.returncode == 0, report.stderr
+    assert f"node 0 {line}" in report.stdout
+    assert "Restarts, step by step" in (tmp_path / "r.html").read_text()
 
 
 def test_keep_warm_leaves_one_for_the_next_launch(tmp_path):

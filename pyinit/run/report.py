@@ -19,7 +19,7 @@ go, and the report says what is missing.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -343,6 +343,17 @@ class Report:
         how = ended["how"] if steps or bad else "finished without a single step"
         return {"status": ended["status"], "how": how, "healthy": healthy}
 
+    def resumes(self) -> list[dict[str, Any]]:
+        """Every restart's phases, node by node (the timeline's)."""
+        found = []
+        for index, node in enumerate(self.nodes):
+            try:
+                built = timeline.build(node.events)
+            except InputError:
+                continue
+            found += [{"node": index, **asdict(resume)} for resume in built.resumes]
+        return found
+
     def summary(self) -> dict[str, Any]:
         totals = self.totals()
         whole = sum(totals.values())
@@ -378,6 +389,9 @@ class Report:
                 "not_productive": round(hours * (1 - shares["productive"]) * self.price, 2),
                 "by_loss": {k: round(totals[k] / 3600 * self.price, 2) for k in LOSSES},
             }
+        resumes = self.resumes()
+        if resumes:
+            document["resumes"] = resumes
         document["monitor"] = monitor_summary(self.nodes)
         document["findings"] = findings(self, document)
         return document
@@ -539,6 +553,8 @@ def text(document: dict[str, Any]) -> str:
             f"cost {cost['total']:,.2f} at {cost['price_per_hour']:g} per {unit}-hour; "
             f"not productive: {cost['not_productive']:,.2f}"
         )
+    for resume in document.get("resumes", []):
+        lines.append(f"node {resume['node']} {timeline.resume_line(resume)}")
     lines.append("findings:")
     lines += [f"  {i}. {note}" for i, note in enumerate(document["findings"], 1)]
     lines += [f"missing: {note}" for note in document["missing"]]

@@ -270,23 +270,18 @@ def resumes(events: list[dict]) -> list[Resume]:
     return found
 
 
-def resume_lines(timeline: Timeline) -> list[str]:
-    """A line per restart: its steps' seconds, and the time to resume."""
-    lines = []
+def resume_line(resume: dict) -> str:
+    """One restart (a Resume as a dict): its steps' seconds and the time to resume."""
     labels = dict(RESUME_PHASES)
-    for resume in timeline.resumes:
-        parts = ", ".join(
-            f"{labels[name]} {seconds:.3f} s" for name, seconds in resume.phases.items()
-        )
-        if resume.seconds is not None:
-            took = (
-                f"first step again {resume.seconds:.3f} s after the failed rank's last sign of life"
-            )
-        else:
-            took = "no first step after it in the log"
-        torch_note = "; torch imported again" if resume.import_torch else "; no import of torch"
-        lines.append(f"restart {resume.attempt}: {took} ({parts}{torch_note})")
-    return lines
+    steps = resume["phases"].items()
+    parts = ", ".join(f"{labels[name]} {seconds:.3f} s" for name, seconds in steps)
+    if resume["seconds"] is not None:
+        took = (f"first step again {resume['seconds']:.3f} s after the failed rank's last sign "
+                "of life")  # fmt: skip
+    else:
+        took = "no first step after it in the log"
+    torch_note = "; torch imported again" if resume["import_torch"] else "; no import of torch"
+    return f"restart {resume['attempt']}: {took} ({parts}{torch_note})"
 
 
 def _bar(start: float, seconds: float, span: float) -> str:
@@ -321,7 +316,7 @@ def table(timeline: Timeline) -> str:
     if timeline.restarts:
         lines.append(f"the worker group restarted {timeline.restarts} time(s); the first "
                      "attempt is shown above")  # fmt: skip
-        lines.extend(resume_lines(timeline))
+        lines.extend(resume_line(asdict(resume)) for resume in timeline.resumes)
     return "\n".join(lines) + "\n"
 
 
