@@ -289,14 +289,58 @@ def test_power_on_to_first_gradient(training_images, tmp_path, pyinit_bin):
     assert timeline["origin"] == "power-on" and timeline["missing"] == [], timeline
     phases = [row["phase"] for row in timeline["rows"]]
     # No GPU here: PID 1 writes no NCCL files, and no data disk was given.
+    # The workers fork with torch loaded (no import of theirs); the first step in its parts.
     assert phases == ["kernel", "modules", "scan", "device wait", "root", "exec",
                       "supervisor start", "preflight", "agent start", "agent import torch",
-                      "rendezvous", "worker start", "import torch", "process group",
-                      "first step", "steps"], phases  # fmt: skip
+                      "agent preload", "rendezvous", "worker start", "process group",
+                      "script setup", "first forward", "first step", "first backward",
+                      "first optimizer step", "steps"], phases  # fmt: skip
     ends = [row["start_s"] + row["seconds"] for row in timeline["rows"]]
     starts = [row["start_s"] for row in timeline["rows"]]
     assert starts == sorted(starts) and all(e >= s for s, e in zip(starts, ends, strict=True))
     assert 0 < timeline["first_step_s"] < run.pod_init_lines()[-1][0]
+
+
+@pytest.mark.qemu
+@pytest.mark.slow
+def test_pid1_starts_a_warm_interpreter_beside_the_boot(training_images, tmp_path, pyinit_bin):
+    """podinit.warm=on: the root first, then pyinit warm start beside the
+    scan and the device waits; the command is handed to it, so neither the
+    agent nor the workers import torch, and the timeline shows when its
+    imports ran."""
+    append = qemu_boot.training_command("train_tiny.py", 2, "--data", "/opt/train/shards",
+                                        "--steps", str(TRAIN_STEPS), *TINY_MODEL)  # fmt: skip
+    run = training_boot(training_images, f"{append} podinit.warm=on")
+    lines = [message for _, message in run.pod_init_lines()]
+    assert not run.timed_out and run.returncode == 0, run.console
+    assert "warm: the warm interpreter's socket is bound" in lines, run.console
+    assert "command exited with status 0" in lines, run.console
+    run_dir = qemu_boot.copy_out(training_images[1], qemu_boot.GUEST_RUN_DIR, tmp_path)
+    done = subprocess.run([pyinit_bin, "timeline", run_dir, "--json", tmp_path / "t.json"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    timeline = json.loads((tmp_path / "t.json").read_text())
+    rows = {row["phase"]: row for row in timeline["rows"]}
+    assert timeline["origin"] == "power-on" and timeline["missing"] == [], timeline
+    assert {"root wait", "root", "warm start", "scan", "warm imports"} <= set(rows), rows
+    assert "import torch" not in rows  # the workers forked with torch loaded
+
+    def end(name: str) -> float:
+        return rows[name]["start_s"] + rows[name]["seconds"]
+
+    # PID 1 mounted the root first and started the warm interpreter before the
+    # scan; its start ran beside the scan and the device wait.
+    assert end("root") <= rows["warm start"]["start_s"] <= rows["scan"]["start_s"]
+    assert end("warm start") >= end("device wait")
+    assert rows["warm imports"]["start_s"] < end("warm start") or (
+        rows["warm imports"]["start_s"] < rows["supervisor start"]["start_s"])  # fmt: skip
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    starts = [i for i, e in enumerate(events) if e["event"] == "start"]
+    events = events[starts[-1] :]  # the folder may hold an earlier boot's run too
+    warm = next(e for e in events if e["event"] == "warm")
+    assert warm["used"] is True, warm
+    agent = next(e for e in events if e.get("name") == "agent import torch")
+    assert agent["preloaded"] is True
 
 
 @pytest.mark.qemu

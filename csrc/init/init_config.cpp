@@ -67,8 +67,24 @@ std::string apply_one(const std::string& key, const std::string& value, InitConf
     }
     return "";
   }
+  if (key == "warm") {
+    if (value == "on" || value == "off") {
+      config->warm = value == "on";
+      config->warm_preloads.clear();
+      return "";
+    }
+    bool names = !value.empty() &&
+                 value.find_first_not_of(
+                     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.,") ==
+                     std::string::npos;
+    if (!names)
+      return "podinit.warm= must be on, off or modules to preload (a,b.c), not '" + value + "'";
+    config->warm = true;
+    config->warm_preloads = value;
+    return "";
+  }
   return "unknown parameter podinit." + key +
-         " (known: cmd, modules, wait, hostname, data, root, expect_gpus, end, grace)";
+         " (known: cmd, modules, wait, hostname, data, root, expect_gpus, end, grace, warm)";
 }
 
 // "podinit.key=value" → apply; a word without '=' is an error too.

@@ -23,6 +23,10 @@ struct InitConfig {
   int expect_gpus = -1;  // podinit.expect_gpus=
   EndAction end = EndAction::Poweroff;  // podinit.end=poweroff|reboot|halt
   unsigned grace_s = 10;                // podinit.grace=: TERM to KILL at shutdown
+  // podinit.warm=on|MOD,...: a warm interpreter (pyinit warm start, with these
+  // preloads) started as soon as the root is mounted, beside the boot's other steps.
+  bool warm = false;
+  std::string warm_preloads;
 };
 
 // Splits a kernel command line the way the kernel does: on spaces, with double

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -129,12 +130,51 @@ void mount_data(const std::string& spec) {
 
 // The device paths the command's mounts and podinit.wait name, waited for in one
 // phase before the root is mounted (drivers probe them in the background).
-std::vector<std::string> devices_to_wait_for(const InitConfig& config) {
+std::vector<std::string> devices_to_wait_for(const InitConfig& config, bool root_too) {
   std::vector<std::string> paths;
-  if (config.root.rfind("/dev/", 0) == 0) paths.push_back(config.root);
+  if (root_too && config.root.rfind("/dev/", 0) == 0) paths.push_back(config.root);
   if (!config.data.empty()) paths.push_back(config.data.substr(0, config.data.find(':')));
   paths.insert(paths.end(), config.wait.begin(), config.wait.end());
   return paths;
+}
+
+// podinit.warm: `pyinit warm start --no-wait` (from PATH, in the root) as a
+// child that ends once the warm interpreter's socket is bound; its imports go
+// on beside the boot's remaining steps. -1 when it could not be started.
+pid_t start_warm_interpreter(const InitConfig& config) {
+  std::vector<std::string> words = {"pyinit", "warm", "start", "--no-wait"};
+  if (!config.warm_preloads.empty()) {
+    words.emplace_back("--preload");
+    words.push_back(config.warm_preloads);
+  }
+  std::vector<char*> argv;
+  for (std::string& word : words) argv.push_back(word.data());
+  argv.push_back(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    execvp(argv[0], argv.data());
+    _exit(errno == ENOENT ? 127 : 126);
+  }
+  if (pid < 0) boot_log(std::string("warm: fork: ") + errno_text(errno));
+  return pid;
+}
+
+// Waits for that child; says how it ended when it did not succeed.
+void wait_warm_interpreter(pid_t pid) {
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) {
+      boot_log(std::string("warm: waitpid: ") + errno_text(errno));
+      return;
+    }
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    boot_log("warm: pyinit warm start exited with status " + std::to_string(code) +
+             " (the command starts cold)");
+  } else {
+    boot_log("warm: the warm interpreter's socket is bound");
+  }
 }
 
 // The loopback interface up, as every init does: a single node's ranks meet
@@ -372,6 +412,19 @@ void run_machine_init() {
     BootTimeline timeline;
     timeline.add("kernel", 0, started_ns);
     timeline.measure("modules", [&] { load_configured_modules(config); });
+    if (getenv("PATH") == nullptr) setenv("PATH", kDefaultPath, 1);
+    // With podinit.warm the root (where Python is) comes first, so that the warm
+    // interpreter starts and imports beside the scan, the device waits and the mounts.
+    const bool root_first = config.warm && !config.root.empty();
+    if (root_first) {
+      timeline.measure("root wait", [&] {
+        if (config.root.rfind("/dev/", 0) == 0) wait_for_path(config.root);
+      });
+      timeline.measure("root", [&] { switch_root(config.root); });
+    }
+    pid_t warm = -1;
+    const uint64_t warm_started = boottime_ns();
+    if (config.warm) warm = start_warm_interpreter(config);
     Topology topo = timeline.measure("scan", [&] {
       ScanOptions options;
       options.expect_gpus = config.expect_gpus;
@@ -388,18 +441,26 @@ void run_machine_init() {
       for (const EnvSetting& setting : nccl->env) env.emplace_back(setting.key, setting.value);
     }
     timeline.measure("device wait", [&] {
-      for (const std::string& path : devices_to_wait_for(config)) wait_for_path(path);
+      for (const std::string& path : devices_to_wait_for(config, !root_first)) {
+        wait_for_path(path);
+      }
     });
     // The root first: the data mount belongs in the root the command sees.
-    if (!config.root.empty()) timeline.measure("root", [&] { switch_root(config.root); });
+    if (!config.root.empty() && !root_first) {
+      timeline.measure("root", [&] { switch_root(config.root); });
+    }
     if (!config.data.empty()) timeline.measure("data", [&] { mount_data(config.data); });
+    if (warm > 0) {
+      // Bound before the command starts, so that it finds the warm interpreter.
+      wait_warm_interpreter(warm);
+      timeline.add("warm start", warm_started, boottime_ns());
+    }
     // The command (pyinit run) reuses the scan and the NCCL files instead of
     // repeating them, and starts its timeline where this one ends.
     timeline.measure("exec", [] {});
     write_boot_state(kBootStateDir, read_boot_id(), topo, nccl ? &*nccl : nullptr,
                      timeline.phases());
     boot_log(std::string("state: ") + kBootStateDir + "/node.json written");
-    if (getenv("PATH") == nullptr) setenv("PATH", kDefaultPath, 1);
     for (const auto& [key, value] : env) setenv(key.c_str(), value.c_str(), 1);
     SupervisorOptions options;
     options.command = config.command;

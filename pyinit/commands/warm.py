@@ -26,6 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--idle-timeout", type=argtypes.seconds(1, 7 * 86400, zero=True),
                             default=protocol.DEFAULT_IDLE_TIMEOUT_S, metavar="S",
                             help="end after S seconds without a launch (0: never)")  # fmt: skip
+        parser.add_argument("--no-wait", action="store_true",
+                            help="return once its socket is bound; the imports go on (a run "
+                            "that comes meanwhile waits for them)")  # fmt: skip
     elif kind == "status":
         parser.add_argument("--json", action="store_true", help="the status as one JSON object")
 
@@ -43,10 +46,13 @@ def _start(args: argparse.Namespace) -> int:
         print(f"pyinit warm: one is running already (pid {running['pid']}, preloads {preloads}); "
               "pyinit warm stop first", file=sys.stderr)  # fmt: skip
         return EXIT_FAILURE
-    code, said = client.start(names, args.idle_timeout, wait_ready=True)
+    code, said = client.start(names, args.idle_timeout, wait_ready=not args.no_wait)
     if code:
         print(f"pyinit warm: {said}", file=sys.stderr)
         return code
+    if args.no_wait:
+        print("pyinit warm: started; its imports go on (pyinit warm status)")
+        return 0
     _, pid, seconds = said.split()
     print(f"pyinit warm: ready, pid {pid}, {float(seconds):.2f} s to import "
           f"{','.join(dict.fromkeys((*preload.DEFAULT_PRELOADS, *names)))}")  # fmt: skip

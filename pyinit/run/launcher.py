@@ -366,8 +366,13 @@ def _hand_over(plan: Plan, out: IO[str]) -> client.WarmLaunch | None:
         plan.log.write("warm", used=False, reason=warm)
         return None
     if warm is not None:
+        # A warm interpreter still importing makes the launch wait: that is not the handoff.
+        waited = max(0.0, warm.imported[1] - handed)
         plan.log.write("warm", used=True, pid=warm.warm_pid, agent_pid=warm.agent_pid,
-                       handoff_s=round(warm.forked_at - handed, 6))  # fmt: skip
+                       handoff_s=round(warm.forked_at - handed - waited, 6),
+                       waited_for_imports_s=round(waited, 6))  # fmt: skip
+        # When its imports were done: under PID 1, beside the boot's steps.
+        plan.log.phase("warm imports", *warm.imported, pid=warm.warm_pid)
     return warm
 
 

@@ -25,9 +25,12 @@ PHASES = (
     ("modules", "module loading", "PID 1"),
     ("scan", "topology scan", "PID 1"),
     ("nccl", "NCCL files", "PID 1"),
+    ("root wait", "waiting for the root's device", "PID 1"),
     ("device wait", "waiting for devices", "PID 1"),
     ("root", "mounting the root", "PID 1"),
     ("data", "mounting the data disk", "PID 1"),
+    ("warm start", "starting the warm interpreter", "PID 1"),
+    ("warm imports", "warm interpreter: its imports", "warm"),
     ("exec", "exec of the supervisor", "PID 1"),
     ("supervisor start", "supervisor start (Python, pyinit)", "pyinit run"),
     ("preflight", "preflight", "pyinit run"),
@@ -52,8 +55,8 @@ PHASES = (
 RUN_PHASES = tuple(name for name, _, who in PHASES if who != "PID 1")
 # Phases a run may well not have: no GPU, workers spawned, an older log, a
 # script that loads no checkpoint or calls no nn.Module.
-OPTIONAL = {"nccl files", "agent preload", "checkpoint load", "script setup", "first forward",
-            "first backward", "first optimizer step"}  # fmt: skip
+OPTIONAL = {"nccl files", "agent preload", "warm imports", "checkpoint load", "script setup",
+            "first forward", "first backward", "first optimizer step"}  # fmt: skip
 BAR_WIDTH = 40
 
 
@@ -216,6 +219,8 @@ def build(events: list[dict]) -> Timeline:
             continue
         start = min(e["start"] for e in found) - origin_at
         end = max(e["end"] for e in found) - origin_at
+        if end < 0:
+            continue  # a warm interpreter's imports, done before this run began
         if name == "first step" and "first forward" not in by_name:
             label = "to the first step done"  # an older log: it spans the script's set-up too
         row = Row(name, label, recorder, round(start, 6), round(end - start, 6))
@@ -320,7 +325,8 @@ def table(timeline: Timeline) -> str:
     return "\n".join(lines) + "\n"
 
 
-COLOURS = {"PID 1": "#4c72b0", "pyinit run": "#55a868", "agent": "#c44e52", "workers": "#8172b2"}
+COLOURS = {"PID 1": "#4c72b0", "warm": "#dd8452", "pyinit run": "#55a868", "agent": "#c44e52",
+           "workers": "#8172b2"}  # fmt: skip
 
 
 def plot(timeline: Timeline, path: Path) -> bool:

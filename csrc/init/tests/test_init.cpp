@@ -54,6 +54,25 @@ TEST(InitConfig, BadParametersAreNamed) {
   EXPECT_EQ(config.end, EndAction::Poweroff);  // bad values change nothing
 }
 
+TEST(InitConfig, WarmInterpreter) {
+  InitConfig config;
+  std::vector<std::string> errors;
+  apply_init_params(split_cmdline("podinit.warm=on"), "cmdline", &config, &errors);
+  EXPECT_TRUE(config.warm);
+  EXPECT_EQ(config.warm_preloads, "");
+  apply_init_params(split_cmdline("podinit.warm=transformers,my.models"), "cmdline", &config,
+                    &errors);
+  EXPECT_TRUE(config.warm);
+  EXPECT_EQ(config.warm_preloads, "transformers,my.models");
+  apply_init_params(split_cmdline("podinit.warm=off podinit.warm=$(reboot)"), "cmdline", &config,
+                    &errors);
+  EXPECT_FALSE(config.warm);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(
+      errors[0],
+      "cmdline: podinit.warm= must be on, off or modules to preload (a,b.c), not '$(reboot)'");
+}
+
 TEST(InitConfig, FileThenCommandLine) {
   InitConfig config;
   std::vector<std::string> errors;

@@ -39,6 +39,7 @@ class WarmLaunch:
     agent_pid: int
     warm_pid: int
     forked_at: float  # CLOCK_BOOTTIME of the agent's fork
+    imported: tuple[float, float]  # the warm interpreter's start and its imports' end
 
 
 def socket_path(environ: Mapping[str, str] = os.environ) -> Path | None:
@@ -118,8 +119,9 @@ def hand_over(args: Sequence[str], env: Mapping[str, str], preloads: Sequence[st
         sock.close()
         return str(answer.get("reason", "refused"))
     sock.settimeout(None)
+    start, end = answer["imported"]
     return WarmLaunch(sock, int(answer["pid"]), int(answer["warm_pid"]),
-                      float(answer["forked_at"]))  # fmt: skip
+                      float(answer["forked_at"]), (float(start), float(end)))  # fmt: skip
 
 
 def _is_open(fd: int) -> bool:

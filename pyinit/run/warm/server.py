@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from pyinit import _native
-from pyinit.run.events import boottime
+from pyinit.run.events import boottime, process_start
 from pyinit.run.preload import DEFAULT_PRELOADS, PreloadError, fork_unsafe, import_all, parse
 from pyinit.run.warm import protocol
 
@@ -66,6 +66,7 @@ class Warm:
         self.set_by_import: dict[str, str] = {}
         self.read_at_import: frozenset[str] = frozenset()
         self.files: dict[str, tuple[int, int, int]] = {}
+        self.imported = (process_start(), 0.0)  # CLOCK_BOOTTIME: the start, and ready
 
     def load(self) -> None:
         """The preloads, the agent's own imports, and a record of each file."""
@@ -79,6 +80,7 @@ class Warm:
         self.identity.import_env = {k: v for k, v in self.start_env.items()
                                     if protocol.import_time(k) or k in seen}  # fmt: skip
         self.set_by_import = {k: v for k, v in os.environ.items() if self.start_env.get(k) != v}
+        self.imported = (self.imported[0], boottime())
         self.files = loaded_files()
 
     def difference(self, request: dict[str, Any]) -> str:
@@ -345,14 +347,15 @@ def fork_spare(warm: Warm, listener: socket.socket, wakeup: Wakeup) -> Spare:
             listener.close()
             wakeup.close()
             ours.close()
-            code = keep(theirs, server, warm.set_by_import)
+            code = keep(theirs, server, warm.set_by_import, warm.imported)
         finally:
             os._exit(code)
     theirs.close()
     return Spare(pid, ours)
 
 
-def keep(channel: socket.socket, server: int, set_by_import: dict[str, str]) -> int:
+def keep(channel: socket.socket, server: int, set_by_import: dict[str, str],
+         imported: tuple[float, float]) -> int:  # fmt: skip
     """The keeper of one launch (see the module's docstring): forks its
     agent at once, then waits for the launch on `channel`."""
     _native.become_subreaper()
@@ -383,8 +386,8 @@ def keep(channel: socket.socket, server: int, set_by_import: dict[str, str]) -> 
     for fd in fds[1:]:
         os.close(fd)
     to_agent.close()
-    protocol.send(conn, {"ok": True, "pid": agent, "forked_at": forked_at,
-                         "warm_pid": server})  # fmt: skip
+    protocol.send(conn, {"ok": True, "pid": agent, "forked_at": forked_at, "warm_pid": server,
+                         "imported": list(imported)})  # fmt: skip
     return relay(conn, agent, server, wakeup)
 
 
