@@ -160,6 +160,9 @@ def main() -> None:
         run_dir = os.environ.get("PYINIT_RUN_DIR")
         if run_dir:
             Path(run_dir, "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    # The DDP model goes before its process group: torch's teardown of a reducer
+    # whose gloo group is gone can deadlock, holding the GIL, as main() returns.
+    del model, optimizer, schedule
     dist.destroy_process_group()
 
 
