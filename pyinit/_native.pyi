@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['CHECKSUM_ATTRIBUTE', 'DirectReader', 'DirectWriter', 'MAX_CHANNELS', 'MAX_EXPECTED_GPUS', 'MAX_HOSTS', 'MAX_QUEUE_DEPTH', 'NcclConfig', 'NodeList', 'ReadStream', 'Topology', 'aligned_empty', 'become_subreaper', 'crc32c', 'die_with_parent', 'end_children', 'expand_nodelist', 'load_node_list', 'load_topology', 'memory_stats', 'nccl_config', 'read_boot_id', 'scan_topology', 'supervise', 'tuning_table_rules']
+__all__: list[str] = ['CHECKSUM_ATTRIBUTE', 'DirectReader', 'DirectWriter', 'MAX_CHANNELS', 'MAX_EXPECTED_GPUS', 'MAX_HOSTS', 'MAX_QUEUE_DEPTH', 'NcclConfig', 'NodeList', 'ReadStream', 'Topology', 'aligned_empty', 'become_subreaper', 'crc32c', 'crc32c_combine', 'die_with_parent', 'end_children', 'expand_nodelist', 'load_node_list', 'load_topology', 'memory_stats', 'nccl_config', 'publish_directory', 'read_boot_id', 'scan_topology', 'supervise', 'tuning_table_rules']
 class Topology:
     def expect_gpus(self, count: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
@@ -205,9 +205,9 @@ class DirectReader:
         Bytes at open, per file.
         """
 class DirectWriter:
-    def __init__(self, path: str, size: int = 0, queue_depth: typing.SupportsInt | typing.SupportsIndex = 32) -> None:
+    def __init__(self, path: str, size: int = 0, queue_depth: typing.SupportsInt | typing.SupportsIndex = 32, head_bytes: int = 0) -> None:
         """
-        Starts a new file that will replace path on commit(); size (when known) is checked against the free space now, so a disk without room fails before anything is written.
+        Starts a new file that will replace path on commit(); size (when known) is checked against the free space now, so a disk without room fails before anything is written. head_bytes (a multiple of 4096) are left at the start for write_head().
         """
     def abort(self) -> None:
         """
@@ -223,12 +223,16 @@ class DirectWriter:
         """
     def write(self, data: typing_extensions.Buffer) -> int:
         """
-        Appends data (any C-contiguous buffer); returns its length.
+        Appends data (any C-contiguous buffer); returns the CRC-32C of that data alone.
+        """
+    def write_head(self, data: typing_extensions.Buffer) -> None:
+        """
+        Writes the head_bytes reserved at the start (once, before commit).
         """
     @property
     def bytes(self) -> int:
         """
-        Bytes written so far.
+        The file's size so far, a reserved head included.
         """
     @property
     def closed(self) -> bool:
@@ -236,7 +240,7 @@ class DirectWriter:
     @property
     def crc(self) -> int:
         """
-        CRC-32C of those bytes.
+        CRC-32C of the content so far (after a reserved head, until write_head()).
         """
     @property
     def direct(self) -> bool:
@@ -258,6 +262,10 @@ def become_subreaper() -> None:
 def crc32c(data: typing_extensions.Buffer, value: typing.SupportsInt | typing.SupportsIndex = 0) -> int:
     """
     CRC-32C of data, continuing `value` (the CRC of what came before).
+    """
+def crc32c_combine(first: typing.SupportsInt | typing.SupportsIndex, second: typing.SupportsInt | typing.SupportsIndex, second_length: typing.SupportsInt | typing.SupportsIndex) -> int:
+    """
+    The CRC-32C of two pieces one after the other, from theirs and the second's length.
     """
 def die_with_parent(signal: typing.SupportsInt | typing.SupportsIndex, parent: typing.SupportsInt | typing.SupportsIndex) -> None:
     """
@@ -286,6 +294,10 @@ def memory_stats() -> dict:
 def nccl_config(topology: Topology, *, nodes: ... | None = None, hints: str = '', out_dir: str = '.', socket_ifname: str = '', force_rings: bool = False, channels: typing.SupportsInt | typing.SupportsIndex = 0, details: collections.abc.Mapping[str, tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, collections.abc.Sequence[tuple[str, str, typing.SupportsInt | typing.SupportsIndex]]]] = {}, environment: collections.abc.Mapping[str, str] = {}, proc_root: str = '/proc', tuned_env: collections.abc.Mapping[str, str] = {}, tuning_table: str = '') -> NcclConfig:
     """
     Builds the NCCL configuration from a scanned topology and a node list (nothing is written until write()); tuned_env and tuning_table: a measured tuning for this node, its settings added to the env file and the table written beside it. InputError for bad input, OSError when the hints file cannot be read.
+    """
+def publish_directory(staged: str, target: str) -> bool:
+    """
+    Puts the synced folder `staged` in place of `target` in one step (a rename, or an exchange when target exists); True when it replaced one, whose old version `staged` then names. The parent folder is synced.
     """
 def read_boot_id(proc_root: str = '/proc') -> str:
     """

@@ -82,12 +82,18 @@ class DirectWriter(_native.DirectWriter):
     anything is written. The content's CRC-32C is returned by ``commit()`` and
     kept in the ``user.pod-init.crc32c`` attribute (see ``verify``).
 
+    ``write()`` returns the CRC-32C of what it took. ``head_bytes`` (a
+    multiple of 4096) are left at the start for ``write_head()``, once, before
+    ``commit()``: a header that describes what follows (its checksums) is
+    written after it.
+
     As a context manager it commits when the block ends normally and discards
     the file when it raises.
     """
 
-    def __init__(self, path: str | os.PathLike[str], size: int = 0, queue_depth: int = 32):
-        super().__init__(os.fspath(path), size, queue_depth)
+    def __init__(self, path: str | os.PathLike[str], size: int = 0, queue_depth: int = 32,
+                 head_bytes: int = 0):  # fmt: skip
+        super().__init__(os.fspath(path), size, queue_depth, head_bytes)
 
     def __enter__(self) -> DirectWriter:
         return self
@@ -168,6 +174,17 @@ def verify(path: str | os.PathLike[str], queue_depth: int = 32) -> bool:
 
 
 crc32c = _native.crc32c
+crc32c_combine = _native.crc32c_combine
+
+
+def publish_directory(staged: str | os.PathLike[str], target: str | os.PathLike[str]) -> bool:
+    """Puts the folder ``staged`` (its files synced) in place of ``target`` in
+    one step: a rename, or an exchange when ``target`` exists, after which
+    ``staged`` holds the previous version (True) for the caller to remove.
+    A reader of ``target`` sees the old folder or the new one, never neither."""
+    return _native.publish_directory(os.fspath(staged), os.fspath(target))
+
+
 memory_stats = _native.memory_stats
 
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bindings/bindings.hpp"
+#include "common/atomic_file.hpp"
 #include "common/crc32c.hpp"
 #include "common/error.hpp"
 #include "io/direct_reader.hpp"
@@ -105,6 +106,19 @@ std::pair<std::vector<uint64_t>, std::vector<uint32_t>> rows_of(
     file_of[i] = static_cast<uint32_t>(file);
   }
   return {std::move(at), std::move(file_of)};
+}
+
+// The buffer's memory, refused (TypeError) unless it is one C-contiguous run.
+py::buffer_info contiguous(const py::buffer& data, const char* call) {
+  py::buffer_info info = data.request();
+  if (!PyBuffer_IsContiguous(info.view(), 'C')) {
+    throw py::type_error(std::string(call) + " needs a C-contiguous buffer");
+  }
+  return info;
+}
+
+size_t byte_length(const py::buffer_info& info) {
+  return static_cast<size_t>(info.size * info.itemsize);
 }
 
 py::dict stats_dict(const pod_init::ReaderStats& stats) {
@@ -327,17 +341,34 @@ void bind_io(py::module_& m) {
   m.def(
       "crc32c",
       [](const py::buffer& data, uint32_t value) {
-        py::buffer_info info = data.request();
-        if (!PyBuffer_IsContiguous(info.view(), 'C')) {
-          throw py::type_error("crc32c needs a C-contiguous buffer");
-        }
-        size_t length = static_cast<size_t>(info.size * info.itemsize);
+        py::buffer_info info = contiguous(data, "crc32c");
         py::gil_scoped_release release;
-        return pod_init::crc32c(value, info.ptr, length);
+        return pod_init::crc32c(value, info.ptr, byte_length(info));
       },
       py::arg("data"), py::arg("value") = 0,
       "CRC-32C of data, continuing `value` (the CRC of what came before).");
+  m.def("crc32c_combine", &pod_init::crc32c_combine, py::arg("first"), py::arg("second"),
+        py::arg("second_length"),
+        "The CRC-32C of two pieces one after the other, from theirs and the second's length.");
   m.attr("CHECKSUM_ATTRIBUTE") = pod_init::kChecksumAttribute;
+
+  m.def(
+      "publish_directory",
+      [](const std::string& staged, const std::string& target) {
+        bool replaced = false;
+        std::string failed;
+        int rc = 0;
+        {
+          py::gil_scoped_release release;
+          rc = pod_init::publish_directory(staged, target, &replaced, &failed);
+        }
+        if (rc < 0) throw pod_init::SysError(-rc, "rename", failed);
+        return replaced;
+      },
+      py::arg("staged"), py::arg("target"),
+      "Puts the synced folder `staged` in place of `target` in one step (a rename, or an "
+      "exchange when target exists); True when it replaced one, whose old version `staged` "
+      "then names. The parent folder is synced.");
 
   m.def(
       "memory_stats",
@@ -354,28 +385,35 @@ void bind_io(py::module_& m) {
       "(mapped once, kept), bytes of large blocks in use, blocks in use, large blocks returned.");
 
   py::class_<pod_init::DirectWriter>(m, "DirectWriter")
-      .def(py::init([](const std::string& path, const py::int_& size, int64_t queue_depth) {
+      .def(py::init([](const std::string& path, const py::int_& size, int64_t queue_depth,
+                       const py::int_& head_bytes) {
              uint64_t expected = non_negative(size, "size");
+             uint64_t head = non_negative(head_bytes, "head_bytes");
              py::gil_scoped_release release;
-             return std::make_unique<pod_init::DirectWriter>(path, expected, queue_depth);
+             return std::make_unique<pod_init::DirectWriter>(path, expected, queue_depth, head);
            }),
            py::arg("path"), py::arg("size") = 0, py::arg("queue_depth") = 32,
+           py::arg("head_bytes") = 0,
            "Starts a new file that will replace path on commit(); size (when known) is checked "
-           "against the free space now, so a disk without room fails before anything is written.")
+           "against the free space now, so a disk without room fails before anything is written. "
+           "head_bytes (a multiple of 4096) are left at the start for write_head().")
       .def(
           "write",
           [](pod_init::DirectWriter& w, const py::buffer& data) {
-            py::buffer_info info = data.request();
-            if (!PyBuffer_IsContiguous(info.view(), 'C')) {
-              throw py::type_error("write needs a C-contiguous buffer");
-            }
-            auto* bytes = static_cast<const uint8_t*>(info.ptr);
-            size_t length = static_cast<size_t>(info.size * info.itemsize);
+            py::buffer_info info = contiguous(data, "write");
             py::gil_scoped_release release;
-            w.write(bytes, length);
-            return length;
+            return w.write(static_cast<const uint8_t*>(info.ptr), byte_length(info));
           },
-          py::arg("data"), "Appends data (any C-contiguous buffer); returns its length.")
+          py::arg("data"),
+          "Appends data (any C-contiguous buffer); returns the CRC-32C of that data alone.")
+      .def(
+          "write_head",
+          [](pod_init::DirectWriter& w, const py::buffer& data) {
+            py::buffer_info info = contiguous(data, "write_head");
+            py::gil_scoped_release release;
+            w.write_head(static_cast<const uint8_t*>(info.ptr), byte_length(info));
+          },
+          py::arg("data"), "Writes the head_bytes reserved at the start (once, before commit).")
       .def("commit", &pod_init::DirectWriter::commit, py::call_guard<py::gil_scoped_release>(),
            "Syncs the file, renames it over path, syncs the folder; returns the CRC-32C.")
       .def("abort", &pod_init::DirectWriter::abort, py::call_guard<py::gil_scoped_release>(),
@@ -390,8 +428,11 @@ void bind_io(py::module_& m) {
           },
           "bytes, ios (writes issued), fixed_ios and their latency, as DirectReader.stats().")
       .def_property_readonly("path", &pod_init::DirectWriter::path)
-      .def_property_readonly("bytes", &pod_init::DirectWriter::bytes, "Bytes written so far.")
-      .def_property_readonly("crc", &pod_init::DirectWriter::crc, "CRC-32C of those bytes.")
+      .def_property_readonly("bytes", &pod_init::DirectWriter::bytes,
+                             "The file's size so far, a reserved head included.")
+      .def_property_readonly("crc", &pod_init::DirectWriter::crc,
+                             "CRC-32C of the content so far (after a reserved head, until "
+                             "write_head()).")
       .def_property_readonly("direct", &pod_init::DirectWriter::direct)
       .def_property_readonly("note", &pod_init::DirectWriter::note)
       .def_property_readonly("closed", [](const pod_init::DirectWriter& w) { return !w.open(); });

@@ -1,6 +1,7 @@
 #include "common/atomic_file.hpp"
 
 #include <fcntl.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -75,6 +76,32 @@ int write_files_atomically(const std::vector<std::pair<std::string, std::string>
     }
   }
   return 0;
+}
+
+int publish_directory(const std::string& staged, const std::string& target, bool* replaced,
+                      std::string* failed) {
+  *replaced = false;
+  *failed = target;
+  if (rename(staged.c_str(), target.c_str()) < 0) {
+    // A folder that exists and holds something cannot be renamed over; an
+    // exchange swaps the two names in one step instead.
+    if (errno != ENOTEMPTY && errno != EEXIST) return -errno;
+    if (renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) < 0) {
+      return -errno;
+    }
+    *replaced = true;
+  }
+  size_t slash = target.rfind('/');
+  std::string parent = slash == std::string::npos ? "." : target.substr(0, slash + 1);
+  int fd = open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    *failed = parent;
+    return -errno;
+  }
+  int rc = fsync(fd) < 0 ? -errno : 0;
+  close(fd);
+  if (rc < 0) *failed = parent;
+  return rc;
 }
 
 }  // namespace pod_init

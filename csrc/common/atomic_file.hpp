@@ -19,4 +19,13 @@ int write_file_atomically(const std::string& path, const std::string& content);
 int write_files_atomically(const std::vector<std::pair<std::string, std::string>>& files,
                            std::string* failed);
 
+// Puts the folder `staged` (complete and synced) in place of `target` in one
+// step: a plain rename when `target` does not exist, else an exchange of the
+// two (renameat2 RENAME_EXCHANGE), after which `staged` names the previous
+// version for the caller to remove. Either way a reader of `target` sees the
+// old folder or the new one, never neither. The parent folder is synced.
+// 0 or -errno; *failed names what the failing call was about.
+int publish_directory(const std::string& staged, const std::string& target, bool* replaced,
+                      std::string* failed);
+
 }  // namespace pod_init

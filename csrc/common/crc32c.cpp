@@ -65,4 +65,40 @@ uint32_t crc32c(uint32_t crc, const void* data, size_t length) {
   return ~crc32c_table(crc, p, length);
 }
 
+namespace {
+
+// Polynomials over GF(2) in the CRC's reflected order: bit 31 holds x^0.
+constexpr uint32_t kReflectedPolynomial = 0x82F63B78;
+constexpr uint32_t kOne = 1u << 31;
+
+// a * b modulo the CRC-32C polynomial: b times x once per bit of a, added
+// where a has the bit.
+uint32_t multiply_mod(uint32_t a, uint32_t b) {
+  uint32_t product = 0;
+  for (uint32_t bit = kOne; bit != 0; bit >>= 1) {
+    if (a & bit) product ^= b;
+    b = (b & 1) ? (b >> 1) ^ kReflectedPolynomial : b >> 1;
+  }
+  return product;
+}
+
+// x^(8 * bytes) modulo the polynomial, by squaring.
+uint32_t shift_by_bytes(uint64_t bytes) {
+  uint32_t result = kOne;
+  uint32_t power = kOne >> 8;  // x^8: one byte
+  for (; bytes != 0; bytes >>= 1) {
+    if (bytes & 1) result = multiply_mod(result, power);
+    power = multiply_mod(power, power);
+  }
+  return result;
+}
+
+}  // namespace
+
+// CRC(A || B) = CRC(A) * x^(8|B|) + CRC(B): the initial and final inversions
+// of the two cancel, so this holds for the finished values.
+uint32_t crc32c_combine(uint32_t first, uint32_t second, uint64_t second_length) {
+  return multiply_mod(shift_by_bytes(second_length), first) ^ second;
+}
+
 }  // namespace pod_init

@@ -84,11 +84,21 @@ int DirectWriter::remove_stale_temporaries(const std::string& path) {
   return removed;
 }
 
-DirectWriter::DirectWriter(std::string path, uint64_t expected_size, int64_t queue_depth)
-    : path_(std::move(path)), names_{path_} {
+DirectWriter::DirectWriter(std::string path, uint64_t expected_size, int64_t queue_depth,
+                           uint64_t head_bytes)
+    : path_(std::move(path)),
+      names_{path_},
+      head_bytes_(head_bytes),
+      written_(head_bytes),
+      submitted_(head_bytes) {
   if (queue_depth < 1 || queue_depth > 4096) {
     throw InputError("", 0,
                      "queue_depth must be from 1 to 4096, not " + std::to_string(queue_depth));
+  }
+  if (head_bytes % kHeadAlign != 0) {
+    throw InputError("", 0,
+                     "head_bytes must be a multiple of " + std::to_string(kHeadAlign) + ", not " +
+                         std::to_string(head_bytes));
   }
   check_path(path_);
   if (path_.empty() || path_.back() == '/')
@@ -143,9 +153,11 @@ void DirectWriter::check_thread(const char* call) const {
   }
 }
 
-void DirectWriter::write(const uint8_t* data, size_t length) {
+uint32_t DirectWriter::write(const uint8_t* data, size_t length) {
   check_thread("write");
   check_open();
+  uint32_t crc = 0;
+  const size_t total = length;
   try {
     while (length > 0) {
       if (current_.data() == nullptr) {
@@ -158,13 +170,42 @@ void DirectWriter::write(const uint8_t* data, size_t length) {
       }
       size_t n = std::min(length, kChunk - current_fill_);
       std::memcpy(current_.data() + current_fill_, data, n);
-      crc_ = crc32c(crc_, data, n);
+      crc = crc32c(crc, data, n);
       current_fill_ += n;
       written_ += n;
       data += n;
       length -= n;
       if (current_fill_ == kChunk) submit_chunk(kChunk);
     }
+  } catch (...) {
+    discard();
+    throw;
+  }
+  // One pass over the bytes: the call's own CRC, folded into the content's.
+  crc_ = crc32c_combine(crc_, crc, total);
+  return crc;
+}
+
+void DirectWriter::write_head(const uint8_t* data, size_t length) {
+  check_thread("write_head");
+  check_open();
+  if (head_bytes_ == 0 || head_written_) {
+    throw InputError(path_, 0,
+                     head_written_ ? "write_head: the head is written already"
+                                   : "write_head: no head was reserved");
+  }
+  if (length != head_bytes_) {
+    throw InputError(path_, 0,
+                     "write_head takes the " + std::to_string(head_bytes_) +
+                         " bytes reserved, not " + std::to_string(length));
+  }
+  try {
+    OwnedBlock block(head_bytes_);
+    if (block.data() == nullptr) throw SysError(ENOMEM, "allocate the head for", path_);
+    std::memcpy(block.data(), data, length);
+    crc_ = crc32c_combine(crc32c(0, data, length), crc_, written_ - head_bytes_);
+    head_written_ = true;
+    submit_block(std::move(block), 0, length);
   } catch (...) {
     discard();
     throw;
@@ -176,21 +217,27 @@ void DirectWriter::submit_chunk(size_t length) {
   // cuts the padding off with the size.
   size_t padded = align_up(length, offset_align_);
   std::memset(current_.data() + length, 0, padded - length);
-  Piece piece;
-  piece.offset = submitted_;
-  piece.length = static_cast<uint32_t>(padded);
-  piece.write = true;
-  piece.io = current_.data();
-  queue_->push(piece);
-  in_flight_.push_back(std::move(current_));
+  uint64_t offset = submitted_;
   submitted_ += padded;
   current_fill_ = 0;
+  submit_block(std::move(current_), offset, padded);
+}
+
+void DirectWriter::submit_block(OwnedBlock block, uint64_t offset, size_t padded) {
+  Piece piece;
+  piece.offset = offset;
+  piece.length = static_cast<uint32_t>(padded);
+  piece.write = true;
+  piece.io = block.data();
+  queue_->push(piece);
+  in_flight_.push_back(std::move(block));
   queue_->fill();
   if (in_flight_.size() >= depth_) {
     // Every staging block is queued: the oldest comes back for the next bytes.
     queue_->wait_for_first(1);
     queue_->pop_front(1);
-    spare_.push_back(std::move(in_flight_.front()));
+    // The head's block is its own size: only blocks that hold a chunk are reused.
+    if (in_flight_.front().size() >= kChunk) spare_.push_back(std::move(in_flight_.front()));
     in_flight_.pop_front();
   }
 }
@@ -198,6 +245,9 @@ void DirectWriter::submit_chunk(size_t length) {
 uint32_t DirectWriter::commit() {
   check_thread("commit");
   check_open();
+  if (head_bytes_ > 0 && !head_written_) {
+    throw InputError(path_, 0, "commit before write_head: the reserved head would be zeros");
+  }
   try {
     if (current_fill_ > 0) submit_chunk(current_fill_);
     queue_->wait_all();

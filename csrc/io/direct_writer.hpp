@@ -30,10 +30,16 @@ class DirectWriter {
  public:
   static constexpr size_t kChunk = 1 << 20;  // one staging block, one write
 
+  static constexpr uint64_t kHeadAlign = 4096;  // what a reserved head is a multiple of
+
   // expected_size: the final size when known (0: unknown), checked against
   // the free space so a disk without room fails before anything is written.
-  // Throws SysError naming path, InputError for a depth outside 1..4096.
-  DirectWriter(std::string path, uint64_t expected_size, int64_t queue_depth);
+  // head_bytes: the file's first bytes, left for write_head() (a header that
+  // describes what follows, checksums and all); write() starts after them.
+  // Throws SysError naming path, InputError for a depth outside 1..4096 or a
+  // head that is not a multiple of kHeadAlign.
+  DirectWriter(std::string path, uint64_t expected_size, int64_t queue_depth,
+               uint64_t head_bytes = 0);
   ~DirectWriter();  // discards an uncommitted file
   DirectWriter(const DirectWriter&) = delete;
   DirectWriter& operator=(const DirectWriter&) = delete;
@@ -41,14 +47,20 @@ class DirectWriter {
   // A writer belongs to the thread that made it: its staging blocks and ring
   // are that thread's (an io_uring ring takes one submitter), so write,
   // commit and abort from any other thread are refused with InputError.
-  void write(const uint8_t* data, size_t length);
+  // Appends; returns the CRC-32C of these bytes alone.
+  uint32_t write(const uint8_t* data, size_t length);
+  // The reserved head, exactly head_bytes of it, once, before commit.
+  void write_head(const uint8_t* data, size_t length);
   // Publishes the file under its path; returns the content's CRC-32C.
   uint32_t commit();
   // Drops what was written; the target stays as it was.
   void abort();
 
   const std::string& path() const { return path_; }
+  // The file's size so far: the reserved head, whether written yet or not, and what followed.
   uint64_t bytes() const { return written_; }
+  // CRC-32C of the content: with a head reserved, of what follows it until
+  // write_head(), of the whole file after.
   uint32_t crc() const { return crc_; }
   bool direct() const { return direct_; }
   bool open() const { return fd_ >= 0; }
@@ -62,6 +74,9 @@ class DirectWriter {
 
  private:
   void submit_chunk(size_t length);
+  // Queues `block` (padded bytes) for `offset`; takes a staging block back
+  // when every one is in flight.
+  void submit_block(OwnedBlock block, uint64_t offset, size_t padded);
   void check_open() const;
   void check_thread(const char* call) const;
   // What abort() and the destructor do; never throws.
@@ -76,6 +91,8 @@ class DirectWriter {
   int folder_fd_ = -1;
   bool direct_ = false;        // O_DIRECT was taken
   uint32_t offset_align_ = 0;  // what each write is padded to
+  uint64_t head_bytes_ = 0;
+  bool head_written_ = false;
   uint64_t written_ = 0;
   uint64_t submitted_ = 0;  // file offset of the current staging block
   uint32_t crc_ = 0;
