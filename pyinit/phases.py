@@ -13,11 +13,11 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class Sink(Protocol):
-    def ended(self, name: str, start: float, end: float) -> None: ...
+    def ended(self, name: str, start: float, end: float, detail: dict[str, Any]) -> None: ...
 
 
 _sink: Sink | None = None
@@ -30,22 +30,37 @@ def install(sink: Sink | None) -> None:
     _sink = sink
 
 
+def now() -> float:
+    """The phases' clock: CLOCK_BOOTTIME, which counts a suspended machine's time too."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
 @contextlib.contextmanager
-def phase(name: str) -> Iterator[None]:
+def phase(name: str) -> Iterator[dict[str, Any]]:
     """Times what runs inside, on CLOCK_BOOTTIME. A phase inside one of the
     same name (a script's around the DataLoader's own) counts once. Outside
-    ``pyinit run`` it only runs the block."""
+    ``pyinit run`` it only runs the block. The block may fill the dict it
+    gets (bytes moved, say): its items go into the phase's event."""
+    detail: dict[str, Any] = {}
     sink = _sink
     entered = getattr(_open, "names", None)
     if entered is None:
         entered = _open.names = set()
     if sink is None or name in entered:
-        yield
+        yield detail
         return
     entered.add(name)
-    start = time.clock_gettime(time.CLOCK_BOOTTIME)
+    start = now()
     try:
-        yield
+        yield detail
     finally:
         entered.discard(name)
-        sink.ended(name, start, time.clock_gettime(time.CLOCK_BOOTTIME))
+        sink.ended(name, start, now(), detail)
+
+
+def record(name: str, start: float, end: float, **detail: Any) -> None:
+    """A phase timed by its caller: one that ends in another thread than it
+    began (a background save's)."""
+    sink = _sink
+    if sink is not None:
+        sink.ended(name, start, end, detail)

@@ -7,6 +7,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -115,6 +117,14 @@ def eight_namespaces():
 
 
 @pytest.fixture
+def folder() -> Iterator[Path]:
+    """A fresh folder on the root filesystem, which takes O_DIRECT (/tmp may be tmpfs)."""
+    path = Path(tempfile.mkdtemp(prefix="pyinit-test-", dir="/var/tmp"))
+    yield path
+    shutil.rmtree(path)
+
+
+@pytest.fixture
 def small_filesystem(tmp_path):
     """A 16 MiB ext4 on a loop device, mounted (root only)."""
     if os.geteuid() != 0 or not shutil.which("mkfs.ext4"):
@@ -126,6 +136,12 @@ def small_filesystem(tmp_path):
     mount.mkdir()
     subprocess.run(["mount", "-o", "loop", image, mount], check=True)
     yield mount
+    # io_uring drops its references to closed files a moment later, and the
+    # mount is busy until then.
+    for _ in range(50):
+        if subprocess.run(["umount", mount], capture_output=True).returncode == 0:
+            return
+        time.sleep(0.1)
     subprocess.run(["umount", mount], check=True)
 
 

@@ -112,6 +112,8 @@ def test_every_command_works_or_names_its_extra(bare_env, tmp_path):
         ([bare_env / "bin/python", "-c", "from pyinit import checkpoint"], 1,
          "pyinit.checkpoint needs torch: pip install 'pod-init[train]'"),
         ([pyinit, "bench", "checkpoint"], 2, "pip install 'pod-init[train]'"),
+        ([pyinit, "warm", "start"], 2, "pyinit warm start needs torch: pip install "
+         "'pod-init[train]'"),
         *(([pyinit, "bench", kind, "--help"], 0, f"usage: pyinit bench {kind}")
           for kind in ("data", "checkpoint", "allreduce", "broadcast", "p2p", "h2d")),
         ([pyinit, "report", REPO / "tests/data/run-report", "--out", tmp_path / "r.html",

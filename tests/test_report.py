@@ -314,3 +314,52 @@ def test_a_run_without_a_step_is_not_healthy_even_when_it_exits_0(tmp_path):
     document = report.build([write_run(tmp_path / "run", events, {})], price=None).summary()
     assert report.ended_line(document) == "exit 0, finished without a single step"
     assert document["findings"][0].startswith("The run failed (exit 0)")
+
+
+def test_checkpoints_report_their_bytes_seconds_and_what_they_blocked(tmp_path):
+    torch = pytest.importorskip("torch", reason="torch is installed by the test command")
+    from pyinit import checkpoint
+
+    seen = []
+
+    class Sink:
+        def ended(self, name, start, end, detail):
+            seen.append((name, end - start, dict(detail)))
+
+    path = tmp_path / "model.safetensors"
+    state = {"w": torch.ones(1 << 18)}  # 1 MiB
+    phases.install(Sink())
+    try:
+        checkpoint.save(state, path)
+        checkpoint.save(state, path, background=True).wait(timeout=60)
+        checkpoint.load(path)
+    finally:
+        phases.install(None)
+    saves = [d for name, _, d in seen if name == "checkpoint save"]
+    assert [d["bytes"] for d in saves] == [1 << 20, 1 << 20] and saves[1]["background"]
+    assert all(d["path"] == str(path) and d["blocked_s"] >= 0 for d in saves)
+    (load,) = [d for name, _, d in seen if name == "checkpoint load"]
+    assert load["bytes"] == 1 << 20
+    assert [name for name, _, _ in seen].count("checkpoint") == 3  # the step's waits
+    # In a run's events, the report sums them.
+    events = [
+        {"boottime": 100.0, "event": "start"},
+        {"boottime": 103.0, "event": "phase", "name": "checkpoint save", "start": 101.0,
+         "end": 103.0, "bytes": 2 << 30, "blocked_s": 0.5, "background": True},
+        {"boottime": 105.0, "event": "phase", "name": "checkpoint save", "start": 104.0,
+         "end": 105.0, "bytes": 2 << 30, "blocked_s": 1.0},
+        {"boottime": 106.0, "event": "phase", "name": "checkpoint load", "start": 105.0,
+         "end": 106.0, "bytes": 1 << 30},
+        {"boottime": 110.0, "event": "end", "status": 0},
+    ]  # fmt: skip
+    run = report.build([write_run(tmp_path / "run", events, {0: [(0, 1, 109.0, 0, 0)]})], None)
+    document = run.summary()
+    assert document["checkpoints"] == {
+        "save": {"count": 2, "bytes": 4 << 30, "seconds": 3.0, "blocked_s": 1.5,
+                 "gb_s": round((4 << 30) / 3.0 / 1e9, 3)},
+        "load": {"count": 1, "bytes": 1 << 30, "seconds": 1.0, "blocked_s": 1.0,
+                 "gb_s": round((1 << 30) / 1e9, 3)},
+    }  # fmt: skip
+    text = report.text(document)
+    assert "checkpoint saves: 2, 4.00 GiB in 3.0 s (1.43 GB/s), training blocked 1.5 s" in text
+    assert "checkpoint loads: 1, 1.00 GiB in 1.0 s" in text

@@ -11,6 +11,7 @@ import time
 
 from pyinit import argtypes
 from pyinit.errors import EXIT_FAILURE
+from pyinit.extras import require
 from pyinit.run import preload
 from pyinit.run.warm import client, protocol
 
@@ -38,6 +39,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _start(args: argparse.Namespace) -> int:
+    require("torch", "pyinit warm start")  # what it holds imported: not there, nothing to start
     names = preload.parse(args.preload)
     preload.check_exists(names)
     running = client.request("status")

@@ -10,7 +10,16 @@ from typing import Any
 import numpy as np
 
 from pyinit.run import timeline
-from pyinit.run.report import CATEGORIES, COLOURS, LABELS, Report, clock_text, count_of, ended_line
+from pyinit.run.report import (
+    CATEGORIES,
+    COLOURS,
+    LABELS,
+    Report,
+    checkpoint_line,
+    clock_text,
+    count_of,
+    ended_line,
+)
 
 WIDTH = 900
 
@@ -277,6 +286,10 @@ def render_html(report: Report, document: dict[str, Any]) -> str:
         f"<li>node {r['node']} {html.escape(timeline.resume_line(r))}</li>"
         for r in document.get("resumes", [])
     )
+    checkpoints_html = "".join(
+        f"<li>{html.escape(checkpoint_line(kind, row))}</li>"
+        for kind, row in document.get("checkpoints", {}).items()
+    )
     folders = html.escape(", ".join(document["run_dirs"]))
     wall = clock_text(document["wall_s"])
     return f"""<!DOCTYPE html>
@@ -300,6 +313,7 @@ def render_html(report: Report, document: dict[str, Any]) -> str:
 {_cost_line(document)}
 <h2>Findings, largest loss first</h2><ol>{findings_html}</ol>
 {"<h2>Restarts, step by step</h2><ul>" + resumes_html + "</ul>" if resumes_html else ""}
+{"<h2>Checkpoints</h2><ul>" + checkpoints_html + "</ul>" if checkpoints_html else ""}
 <h2>Phases per rank</h2>{svg_timeline(report)}
 <h2>Step time over the run (node 0's ranks)</h2>{_step_chart(report)}
 <h2>GPU utilization</h2>{util_chart}

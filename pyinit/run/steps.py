@@ -22,6 +22,7 @@ import struct
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 from pyinit.run.events import EventLog
 
@@ -57,14 +58,14 @@ class StepLog:
         self._waits = dict.fromkeys(WAITS, 0.0)
         self._lock = threading.Lock()  # a background thread may end a phase
 
-    def ended(self, name: str, start: float, end: float) -> None:
+    def ended(self, name: str, start: float, end: float, detail: dict[str, Any]) -> None:
         """A phase ended: a wait counts against this step; every phase but
         data (which comes every step) is also an event."""
         if name in WAITS:
             with self._lock:
                 self._waits[name] += end - start
         if name != "data" and self._events is not None:
-            self._events.phase(name, start, end)
+            self._events.phase(name, start, end, **detail)
 
     def step(self, end: float) -> None:
         with self._lock:

@@ -304,17 +304,21 @@ def main() -> None:
             e = SystemExit(1)
         _record(Path(status_dir), code)
         raise e from None
-    except Exception:
-        # The script's own traceback, on the terminal as without us: a worker forked
-        # by torchrun would otherwise hand it to the agent, whose log keeps it.
-        traceback.print_exc()
+    except BaseException as error:
+        line = checkpoint_failure(error)
+        if line is None and not isinstance(error, Exception):
+            _finish_saves()
+            _record(Path(status_dir), 1)
+            raise
+        if line is not None:
+            print(f"pyinit run: rank {rank}: {line}", file=sys.stderr, flush=True)
+        else:
+            # The script's own traceback, on the terminal as without us: a worker forked
+            # by torchrun would otherwise hand it to the agent, whose log keeps it.
+            traceback.print_exc()
         _finish_saves()
         _record(Path(status_dir), 1)
         sys.exit(1)
-    except BaseException:
-        _finish_saves()
-        _record(Path(status_dir), 1)
-        raise
     finally:
         if marks is not None:
             marks.finish()
@@ -322,6 +326,32 @@ def main() -> None:
     _record(Path(status_dir), code)
     if code:
         sys.exit(code)
+
+
+def checkpoint_failure(error: BaseException) -> str | None:
+    """One line for a checkpoint that could not be written or read because
+    of the disk or the file (a full or read-only disk, a damaged file), not
+    the script: an OSError or InputError raised inside pyinit.checkpoint, or
+    DCP's CheckpointException holding only such errors. None for the rest."""
+    from pyinit.errors import InputError
+
+    def ours(cause: BaseException) -> bool:
+        if not isinstance(cause, (OSError, InputError)):
+            return False
+        frame = cause.__traceback__
+        while frame is not None:
+            if frame.tb_frame.f_globals.get("__name__", "").startswith("pyinit.checkpoint"):
+                return True
+            frame = frame.tb_next
+        return False
+
+    dcp = sys.modules.get("torch.distributed.checkpoint.api")
+    if dcp is not None and isinstance(error, dcp.CheckpointException):
+        causes = [cause for cause, _trace in error.failures.values()]
+        if causes and all(ours(cause) for cause in causes):
+            return "; ".join(dict.fromkeys(f"checkpoint: {cause}" for cause in causes))
+        return None
+    return f"checkpoint: {error}" if ours(error) else None
 
 
 def _finish_saves() -> bool:

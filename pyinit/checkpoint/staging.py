@@ -1,0 +1,345 @@
+"""Tensors between a device and a file through a few host blocks: pinned
+(page-locked, so copies run on the GPU's copy engines while the disk works)
+where CUDA is, page-aligned (so O_DIRECT reads land in them) everywhere.
+
+A load reads aligned windows of the files into free blocks, two reads at a
+time (each thread its own reader and ring), and copies every window's part of
+each tensor into that tensor, allocated on its device; a block is read into
+again once the copies out of it have run. A save copies the tensors' bytes
+into blocks in file order, and writes a block once its copies have run, while
+the copies of the next blocks go on. The host memory either needs is the
+blocks', whatever the checkpoint's size.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from pyinit.io import DirectReader, aligned_empty, crc32c, crc32c_combine
+
+BLOCK_BYTES = 32 << 20  # one read or one write: deep enough for the ring's 1 MiB pieces
+BLOCKS = 4  # two being read, two being copied out of
+READERS = 2  # reads in flight: one thread's gap between reads is covered by the other's
+ALIGN = 4096  # O_DIRECT's offset and length unit on the filesystems checkpoints live on
+
+
+WRITER_DEPTH = 16  # the writer's own 1 MiB blocks in flight behind a device save's
+
+
+def staging_bytes() -> int:
+    """The host memory a device load or save holds (the save's writer
+    included): the bound the benchmark checks."""
+    return BLOCK_BYTES * BLOCKS + WRITER_DEPTH * (1 << 20)
+
+
+def block(pinned: bool, nbytes: int = 0) -> torch.Tensor:
+    """Host memory for direct IO and copies: `nbytes` (a block by default),
+    page-aligned, pinned where asked."""
+    nbytes = nbytes or BLOCK_BYTES
+    if pinned:
+        # cudaHostAlloc's memory starts on a page: O_DIRECT reads go straight into it.
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    return torch.from_numpy(aligned_empty(nbytes))
+
+
+class SnapshotPool:
+    """Host memory a background save copies the state into, kept for the
+    next one: pinning costs about half a second per GB (cudaHostAlloc), so
+    only the first background save pays it, and later ones block for the
+    copy alone. One spare per kind, the largest, is kept."""
+
+    def __init__(self) -> None:
+        self._spare: dict[bool, torch.Tensor] = {}
+        self._lock = threading.Lock()
+
+    def take(self, nbytes: int, pinned: bool) -> torch.Tensor:
+        with self._lock:
+            spare = self._spare.get(pinned)
+            if spare is not None and spare.numel() >= nbytes:
+                return self._spare.pop(pinned)
+        return block(pinned, max(nbytes, 1))
+
+    def give(self, arena: torch.Tensor, pinned: bool) -> None:
+        with self._lock:
+            spare = self._spare.get(pinned)
+            if spare is None or spare.numel() < arena.numel():
+                self._spare[pinned] = arena
+
+
+snapshots = SnapshotPool()
+
+
+def flat_bytes(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor's bytes as a 1-D uint8 tensor on its device (a view when
+    it is contiguous)."""
+    flat = tensor.detach().reshape(-1)
+    if not flat.is_contiguous():
+        flat = flat.contiguous()
+    return flat.view(torch.uint8)
+
+
+class Copies:
+    """Copies between host blocks and device memory on a side stream per
+    device, so they overlap the disk and wait for the work that produced
+    their sources (the caller's stream) but nothing else."""
+
+    def __init__(self) -> None:
+        self._streams: dict[torch.device, torch.cuda.Stream] = {}
+
+    def stream(self, device: torch.device) -> torch.cuda.Stream | None:
+        if device.type != "cuda":
+            return None
+        stream = self._streams.get(device)
+        if stream is None:
+            stream = self._streams[device] = torch.cuda.Stream(device)
+            stream.wait_stream(torch.cuda.current_stream(device))
+        return stream
+
+    def copy(self, destination: torch.Tensor, source: torch.Tensor) -> torch.cuda.Stream | None:
+        cuda = destination if destination.is_cuda else source
+        stream = self.stream(cuda.device)
+        if stream is None:
+            destination.copy_(source)
+            return None
+        with torch.cuda.stream(stream):
+            destination.copy_(source, non_blocking=True)
+        return stream
+
+    def synchronize(self) -> None:
+        for stream in self._streams.values():
+            stream.synchronize()
+
+
+@dataclass
+class Held:
+    """A block and the copies that still use it."""
+
+    block: torch.Tensor
+    events: list[torch.cuda.Event] = field(default_factory=list)
+
+    def wait(self) -> None:
+        for event in self.events:
+            event.synchronize()
+        self.events.clear()
+
+
+def mark(held: Held, streams: set[torch.cuda.Stream]) -> None:
+    for stream in streams:
+        event = torch.cuda.Event()
+        event.record(stream)
+        held.events.append(event)
+
+
+def _pinned(destinations: Sequence[torch.device]) -> bool:
+    return any(d.type == "cuda" for d in destinations) and torch.cuda.is_available()
+
+
+# ---------------------------------------------------------------------------
+# Loads
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Bytes [begin, end) of file `file` that belong at `at` of `target`,
+    the bytes of tensor number `key`."""
+
+    file: int
+    begin: int
+    end: int
+    target: torch.Tensor  # 1-D uint8
+    at: int
+    key: int
+
+
+@dataclass(frozen=True)
+class Window:
+    """One aligned read: bytes [begin, begin + length) of file `file`."""
+
+    file: int
+    begin: int
+    length: int
+    pieces: tuple[Piece, ...]
+
+
+def windows(pieces: Sequence[Piece], sizes: Sequence[int]) -> list[Window]:
+    """Aligned reads of at most a block that cover every piece, in file order."""
+    out: list[Window] = []
+    by_file: dict[int, list[Piece]] = {}
+    for piece in pieces:
+        by_file.setdefault(piece.file, []).append(piece)
+    for file in sorted(by_file):
+        size = sizes[file]
+        ordered = sorted(by_file[file], key=lambda p: p.begin)
+        # Aligned ranges the pieces need, merged where they touch.
+        ranges: list[list[int]] = []
+        for piece in ordered:
+            lo, hi = piece.begin - piece.begin % ALIGN, min(-(-piece.end // ALIGN) * ALIGN, size)
+            if ranges and lo <= ranges[-1][1]:
+                ranges[-1][1] = max(ranges[-1][1], hi)
+            else:
+                ranges.append([lo, hi])
+        first = 0
+        for lo, hi in ranges:
+            for begin in range(lo, hi, BLOCK_BYTES):
+                end = min(begin + BLOCK_BYTES, hi)
+                while first < len(ordered) and ordered[first].end <= begin:
+                    first += 1
+                inside = []
+                for piece in ordered[first:]:
+                    if piece.begin >= end:
+                        break
+                    a, b = max(piece.begin, begin), min(piece.end, end)
+                    inside.append(
+                        Piece(file, a, b, piece.target, piece.at + a - piece.begin, piece.key)
+                    )
+                out.append(Window(file, begin, end - begin, tuple(inside)))
+    return out
+
+
+class _Readers:
+    """A DirectReader per thread and file: a ring serves the thread that made it."""
+
+    def __init__(self, paths: Sequence[str]):
+        self._paths = paths
+        self._local = threading.local()
+        self._all: list[DirectReader] = []
+        self._lock = threading.Lock()
+
+    def read(self, window: Window, block: torch.Tensor) -> int:
+        readers = getattr(self._local, "readers", None)
+        if readers is None:
+            readers = self._local.readers = {}
+        reader = readers.get(window.file)
+        if reader is None:
+            reader = readers[window.file] = DirectReader(self._paths[window.file])
+            with self._lock:
+                self._all.append(reader)
+        length = -(-window.length // ALIGN) * ALIGN
+        return reader.read_into(block.numpy()[:length], window.begin)
+
+    def close(self) -> None:
+        for reader in self._all:
+            reader.close()
+
+
+def fill(paths: Sequence[str], sizes: Sequence[int], pieces: Sequence[Piece],
+         checksums: bool) -> dict[int, int]:  # fmt: skip
+    """Reads every piece into its target. With `checksums`, returns the
+    CRC-32C of each key's bytes (its pieces, in order)."""
+    plan = windows(pieces, sizes)
+    devices = {piece.target.device for piece in pieces}
+    pinned = _pinned(list(devices))
+    free = [Held(block(pinned)) for _ in range(min(BLOCKS, max(1, len(plan))))]
+    copies = Copies()
+    readers = _Readers(paths)
+    crcs: dict[int, int] = {}
+    reading: deque[tuple[Window, Held, Future[int]]] = deque()
+    with ThreadPoolExecutor(READERS, thread_name_prefix="pyinit-checkpoint-read") as pool:
+        try:
+            upcoming = iter(plan)
+
+            def start_reads() -> None:
+                while free:
+                    window = next(upcoming, None)
+                    if window is None:
+                        return
+                    held = free.pop()
+                    held.wait()  # the copies out of its last window have run
+                    reading.append((window, held, pool.submit(readers.read, window, held.block)))
+
+            start_reads()
+            while reading:
+                window, held, future = reading.popleft()
+                got = future.result()
+                if got < window.length:
+                    raise OSError(f"{paths[window.file]}: read {got} of {window.length} bytes "
+                                  f"at {window.begin}: the file shrank")  # fmt: skip
+                streams = set()
+                for piece in window.pieces:
+                    offset = piece.begin - window.begin
+                    source = held.block[offset : offset + piece.end - piece.begin]
+                    if checksums:
+                        crcs[piece.key] = crc32c(source.numpy(), crcs.get(piece.key, 0))
+                    target = piece.target[piece.at : piece.at + piece.end - piece.begin]
+                    stream = copies.copy(target, source)
+                    if stream is not None:
+                        streams.add(stream)
+                mark(held, streams)
+                free.append(held)
+                start_reads()
+            copies.synchronize()
+        finally:
+            for _, _, future in reading:
+                future.cancel()
+            pool.shutdown(wait=True)
+            readers.close()
+    return crcs
+
+
+# ---------------------------------------------------------------------------
+# Saves
+
+
+def drain(tensors: Sequence[torch.Tensor], write: Callable[[np.ndarray], int]) -> list[int]:
+    """Hands the bytes of `tensors`, in order, to ``write`` (a DirectWriter's:
+    it returns the CRC-32C of what it took) through the blocks: the copies
+    into the next blocks run while a full one is written. Returns each
+    tensor's CRC-32C."""
+    flats = [flat_bytes(t) for t in tensors]
+    pinned = _pinned([f.device for f in flats if f.numel()])
+    copies = Copies()
+    free = deque(Held(block(pinned)) for _ in range(BLOCKS))
+    # Full blocks, oldest first, with the parts of tensors each holds: (tensor, begin, end).
+    full: deque[tuple[Held, list[tuple[int, int, int]]]] = deque()
+    crcs = [0] * len(flats)
+
+    def write_oldest() -> None:
+        held, parts = full.popleft()
+        held.wait()
+        data = held.block.numpy()
+        for index, begin, end in parts:
+            crcs[index] = crc32c_combine(crcs[index], write(data[begin:end]), end - begin)
+        free.append(held)
+
+    current: Held | None = None
+    parts: list[tuple[int, int, int]] = []
+    used = 0
+    streams: set[torch.cuda.Stream] = set()
+    for index, flat in enumerate(flats):
+        at = 0
+        while at < flat.numel():
+            if current is None:
+                if not free:
+                    write_oldest()
+                current, parts, used, streams = free.popleft(), [], 0, set()
+            n = min(flat.numel() - at, BLOCK_BYTES - used)
+            stream = copies.copy(current.block[used : used + n], flat[at : at + n])
+            if stream is not None:
+                streams.add(stream)
+            parts.append((index, used, used + n))
+            used += n
+            at += n
+            if used == BLOCK_BYTES:
+                mark(current, streams)
+                full.append((current, parts))
+                current = None
+    if current is not None and parts:
+        mark(current, streams)
+        full.append((current, parts))
+    while full:
+        write_oldest()
+    return crcs
+
+
+def pieces_of(entries: Iterable[tuple[int, int, int, torch.Tensor]]) -> list[Piece]:
+    """Pieces from (file, begin, end, target tensor) of whole tensors, keyed
+    by their place in `entries`."""
+    return [Piece(file, begin, end, flat_bytes(target), 0, key)
+            for key, (file, begin, end, target) in enumerate(entries) if end > begin]  # fmt: skip

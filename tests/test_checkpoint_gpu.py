@@ -1,0 +1,75 @@
+"""pyinit.checkpoint on CUDA: every dtype saved from and loaded onto the
+GPU (foreground, background, device maps over the GPUs and the CPU, a
+folder), and DCP's storage with CUDA state dicts."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is installed by the test command")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA GPU here", allow_module_level=True)
+
+from test_checkpoint import bit_equal, every_dtype, write_pretrained  # noqa: E402
+
+from pyinit import checkpoint  # noqa: E402
+
+pytestmark = [pytest.mark.gpu, pytest.mark.filterwarnings("ignore:torch.distributed is disabled")]
+
+
+def on(tensors: dict, device: str) -> dict:
+    return {name: t.to(device) for name, t in tensors.items()}
+
+
+def test_every_dtype_from_and_to_the_gpu_bit_exact(folder):
+    host = every_dtype()
+    path = folder / "gpu.safetensors"
+    checkpoint.save(on(host, "cuda:0"), path)
+    back = checkpoint.load(path, device="cuda:0")
+    assert all(t.device == torch.device("cuda:0") for t in back.values())
+    assert bit_equal(host, on(back, "cpu"))
+    assert bit_equal(host, checkpoint.load(path))  # and to the CPU
+    on_gpu = on(host, "cuda:0")
+    pending = checkpoint.save(on_gpu, path, background=True)
+    on_gpu["big"].add_(1)  # after the snapshot: not in the file
+    pending.wait(timeout=120)
+    assert bit_equal(host, on(checkpoint.load(path, device=torch.device("cuda", 0)), "cpu"))
+
+
+def test_a_device_map_places_each_tensor_on_its_gpu_or_the_cpu(folder):
+    host = every_dtype()
+    path = folder / "map.safetensors"
+    checkpoint.save(host, path)
+    choices = [*(f"cuda:{i}" for i in range(torch.cuda.device_count())), "cpu"]
+    places = {name: choices[i % len(choices)] for i, name in enumerate(sorted(host))}
+    back = checkpoint.load(path, device=places)
+    assert {name: str(t.device) for name, t in back.items()} == places
+    assert bit_equal(host, on(back, "cpu"))
+    some = checkpoint.load(path, device="cuda:0", keys=["big", "scalar"])
+    assert bit_equal({k: host[k] for k in ("big", "scalar")}, on(some, "cpu"))
+
+
+def test_a_pretrained_folder_loads_onto_the_gpu(folder):
+    pytest.importorskip("safetensors.torch", reason="the test extra installs it")
+    host = every_dtype()
+    write_pretrained(folder, host)
+    assert bit_equal(host, on(checkpoint.load(folder, device="cuda:0"), "cpu"))
+
+
+def test_dcp_saves_and_loads_cuda_state_both_ways(folder):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+
+    from pyinit.checkpoint import DirectStorageReader, DirectStorageWriter
+
+    state = {"model": on(every_dtype(), "cuda:0"), "step": 11}
+    for writer, reader in ((DirectStorageWriter, FileSystemReader),
+                           (FileSystemWriter, DirectStorageReader),
+                           (DirectStorageWriter, DirectStorageReader)):  # fmt: skip
+        path = folder / f"{writer.__name__}-{reader.__name__}"
+        dcp.save(state, storage_writer=writer(path))
+        into = {"model": {k: torch.zeros_like(v) for k, v in state["model"].items()},
+                "step": 0}  # fmt: skip
+        dcp.load(into, storage_reader=reader(path))
+        assert into["step"] == 11
+        assert bit_equal(on(state["model"], "cpu"), on(into["model"], "cpu")), path.name
