@@ -90,6 +90,25 @@ def test_a_save_over_a_checkpoint_replaces_it_whole_and_async_saves_work(folder)
     loaded = blank()
     dcp.load(loaded, storage_reader=DirectStorageReader(path))
     assert same(loaded, state(4))
+    # A folder of other files is not a checkpoint to swap out: refused, left as it was.
+    mine = folder / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    error = save_failure(mine)
+    assert isinstance(error, InputError) and "holds files and no .metadata" in str(error)
+    assert os.listdir(mine) == ["notes.txt"] and not (folder / ".mine.saving").exists()
+    (folder / "a-file").write_text("x")
+    assert "not a folder" in str(save_failure(folder / "a-file"))
+
+
+def save_failure(path: Path) -> BaseException:
+    """What our writer raised inside dcp.save (wrapped as dcp.load wraps it)."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    with pytest.raises(CheckpointException) as raised:
+        dcp.save(state(), storage_writer=DirectStorageWriter(path))
+    ((exc, _trace),) = raised.value.failures.values()
+    return exc
 
 
 def test_a_damaged_item_is_named_and_a_missing_checkpoint_is_one_line(folder):

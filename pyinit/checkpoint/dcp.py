@@ -234,8 +234,16 @@ class DirectStorageWriter(_Folder, StorageWriter):
         return plan
 
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
-        # The coordinator, before any rank writes: a fresh staging folder (a
-        # killed save's is dropped).
+        # The coordinator, before any rank writes. The target is replaced
+        # whole, so it must be a checkpoint (or nothing): a folder of other
+        # files is refused, not swapped out and removed.
+        if os.path.lexists(self.path):
+            if not os.path.isdir(self.path) or os.path.islink(self.path):
+                raise InputError("not a folder: a checkpoint is a folder", file=self.path)
+            if os.listdir(self.path) and not os.path.exists(os.path.join(self.path, METADATA)):
+                raise InputError(f"holds files and no {METADATA}: not a checkpoint to replace "
+                                 "(save into a new folder)", file=self.path)  # fmt: skip
+        # A fresh staging folder (a killed save's is dropped).
         staged = staging_folder(self.path)
         shutil.rmtree(staged, ignore_errors=True)
         os.makedirs(staged)
