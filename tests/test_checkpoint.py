@@ -454,6 +454,15 @@ def test_keys_load_a_subset_and_a_device_map_places_each_tensor(folder, small_bl
     assert error.value.file == str(path)
     with pytest.raises(InputError, match=r"device= names no device for tensor 't\.torch\.float64'"):
         checkpoint.load(path, device={"scalar": "cpu"})
+    import torch
+
+    for device, message in (("tpu:3", "is not a device"), (5.5, "is not a device"),
+                            (f"cuda:{torch.cuda.device_count()}", "CUDA GPU\\(s\\)")):  # fmt: skip
+        with pytest.raises(InputError, match=message) as error:
+            checkpoint.load(path, device=device)
+        assert error.value.file == str(path)
+    with pytest.raises(InputError, match="keys= takes a list of tensor names, not the string"):
+        checkpoint.load(path, keys="big")
 
 
 def test_a_damaged_tensor_is_named_by_whole_and_partial_loads(folder, small_blocks):

@@ -256,8 +256,20 @@ def _device_of(devices: Devices, name: str, target: str) -> torch.device:
     if isinstance(devices, Mapping):
         if name not in devices:
             raise InputError(f"device= names no device for tensor {name!r}", file=target)
-        return torch.device(devices[name])
-    return torch.device(devices)
+        wanted = devices[name]
+    else:
+        wanted = devices
+    try:
+        device = torch.device(wanted)
+    except (RuntimeError, TypeError):
+        raise InputError(f"device= {wanted!r} is not a device (cpu, cuda, cuda:N)",
+                         file=target) from None  # fmt: skip
+    if device.type == "cuda":
+        count = torch.cuda.device_count()
+        if (device.index or 0) >= count:
+            raise InputError(f"device= {wanted!r}: this machine has {count} CUDA GPU(s)",
+                             file=target)  # fmt: skip
+    return device
 
 
 def load(
@@ -292,6 +304,9 @@ def load(
 
 def _load(target: str, devices: Devices, verify: bool, queue_depth: int,
           keys: Collection[str] | None) -> dict[str, torch.Tensor]:  # fmt: skip
+    if isinstance(keys, str):
+        raise InputError(f"keys= takes a list of tensor names, not the string {keys!r}",
+                         file=target)  # fmt: skip
     paths, holder = _sources(target)
     wanted = None if keys is None else set(keys)
     if wanted is not None and holder is not None:
