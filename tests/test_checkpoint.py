@@ -465,6 +465,27 @@ def test_keys_load_a_subset_and_a_device_map_places_each_tensor(folder, small_bl
         checkpoint.load(path, keys="big")
 
 
+def test_the_queue_depth_asked_for_is_the_data_readers(folder, monkeypatch):
+    import torch
+
+    from pyinit import checkpoint
+    from pyinit.checkpoint import staging
+    from pyinit.io import DirectReader
+
+    depths = []
+
+    class Counted(DirectReader):
+        def __init__(self, path, queue_depth=32, **kwargs):
+            depths.append(queue_depth)
+            super().__init__(path, queue_depth=queue_depth, **kwargs)
+
+    monkeypatch.setattr(staging, "DirectReader", Counted)
+    path = folder / "q.safetensors"
+    checkpoint.save({"w": torch.ones(1 << 16)}, path)
+    assert torch.equal(checkpoint.load(path, queue_depth=7)["w"], torch.ones(1 << 16))
+    assert depths and set(depths) == {7}
+
+
 def test_a_damaged_tensor_is_named_by_whole_and_partial_loads(folder, small_blocks):
     import torch
 

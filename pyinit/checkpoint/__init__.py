@@ -334,12 +334,12 @@ def _load(target: str, devices: Devices, verify: bool, queue_depth: int,
     chosen = [[e for e in layout.entries if wanted is None or e.name in wanted]
               for layout in layouts]  # fmt: skip
     places = {e.name: _device_of(devices, e.name, target) for entries in chosen for e in entries}
-    return _load_through_staging(layouts, chosen, places, verify)
+    return _load_through_staging(layouts, chosen, places, verify, queue_depth)
 
 
 def _load_through_staging(layouts: list[Any], chosen: list[list[Entry]],
-                          places: dict[str, torch.device],
-                          verify: bool) -> dict[str, torch.Tensor]:  # fmt: skip
+                          places: dict[str, torch.device], verify: bool,
+                          queue_depth: int) -> dict[str, torch.Tensor]:  # fmt: skip
     tensors = {}
     pieces = []
     for file, entries in enumerate(chosen):
@@ -348,7 +348,7 @@ def _load_through_staging(layouts: list[Any], chosen: list[list[Entry]],
             tensors[entry.name] = tensor
             pieces.append((file, entry.begin, entry.end, tensor))
     crcs = staging.fill([layout.path for layout in layouts], [layout.size for layout in layouts],
-                        staging.pieces_of(pieces), verify)  # fmt: skip
+                        staging.pieces_of(pieces), verify, queue_depth)  # fmt: skip
     if verify:
         keyed = [(layouts[file].path, entry) for file, entries in enumerate(chosen)
                  for entry in entries]  # fmt: skip

@@ -206,8 +206,9 @@ def windows(pieces: Sequence[Piece], sizes: Sequence[int]) -> list[Window]:
 class _Readers:
     """A DirectReader per thread and file: a ring serves the thread that made it."""
 
-    def __init__(self, paths: Sequence[str]):
+    def __init__(self, paths: Sequence[str], queue_depth: int):
         self._paths = paths
+        self._queue_depth = queue_depth
         self._local = threading.local()
         self._all: list[DirectReader] = []
         self._lock = threading.Lock()
@@ -218,7 +219,9 @@ class _Readers:
             readers = self._local.readers = {}
         reader = readers.get(window.file)
         if reader is None:
-            reader = readers[window.file] = DirectReader(self._paths[window.file])
+            reader = readers[window.file] = DirectReader(
+                self._paths[window.file], queue_depth=self._queue_depth
+            )
             with self._lock:
                 self._all.append(reader)
         length = -(-window.length // ALIGN) * ALIGN
@@ -229,16 +232,17 @@ class _Readers:
             reader.close()
 
 
-def fill(paths: Sequence[str], sizes: Sequence[int], pieces: Sequence[Piece],
-         checksums: bool) -> dict[int, int]:  # fmt: skip
-    """Reads every piece into its target. With `checksums`, returns the
-    CRC-32C of each key's bytes (its pieces, in order)."""
+def fill(paths: Sequence[str], sizes: Sequence[int], pieces: Sequence[Piece], checksums: bool,
+         queue_depth: int) -> dict[int, int]:  # fmt: skip
+    """Reads every piece into its target, each reader `queue_depth` IOs deep.
+    With `checksums`, returns the CRC-32C of each key's bytes (its pieces,
+    in order)."""
     plan = windows(pieces, sizes)
     devices = {piece.target.device for piece in pieces}
     pinned = _pinned(list(devices))
     free = [Held(block(pinned)) for _ in range(min(BLOCKS, max(1, len(plan))))]
     copies = Copies()
-    readers = _Readers(paths)
+    readers = _Readers(paths, queue_depth)
     crcs: dict[int, int] = {}
     reading: deque[tuple[Window, Held, Future[int]]] = deque()
     with ThreadPoolExecutor(READERS, thread_name_prefix="pyinit-checkpoint-read") as pool:
