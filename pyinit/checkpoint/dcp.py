@@ -129,14 +129,19 @@ def _host_tensors(items: Sequence[WriteItem], planner: SavePlanner
     copies = Copies()
     ahead: deque[tuple[WriteItem, torch.Tensor, Held]] = deque()
     ahead_bytes = 0
+
+    def oldest() -> tuple[WriteItem, torch.Tensor]:
+        nonlocal ahead_bytes
+        done, host, held = ahead.popleft()
+        held.wait()
+        ahead_bytes -= host.nbytes
+        return done, host
+
     for item in items:
         tensor = planner.resolve_data(item).detach()
         if tensor.device.type == "cpu":
             while ahead:  # in order
-                done, host, held = ahead.popleft()
-                held.wait()
-                ahead_bytes -= host.nbytes
-                yield done, host
+                yield oldest()
             if tensor.untyped_storage().nbytes() != tensor.nbytes or not tensor.is_contiguous():
                 tensor = tensor.contiguous().clone()
             yield item, tensor
@@ -148,14 +153,9 @@ def _host_tensors(items: Sequence[WriteItem], planner: SavePlanner
         ahead.append((item, host, held))
         ahead_bytes += host.nbytes
         while ahead_bytes > COPY_AHEAD and len(ahead) > 1:
-            done, host, held = ahead.popleft()
-            held.wait()
-            ahead_bytes -= host.nbytes
-            yield done, host
+            yield oldest()
     while ahead:
-        done, host, held = ahead.popleft()
-        held.wait()
-        yield done, host
+        yield oldest()
 
 
 def _item_bytes(item: WriteItem) -> int:
