@@ -529,6 +529,26 @@ def test_a_truncated_file_names_the_tensor_that_lost_its_bytes(folder):
     assert error.value.file == str(path)
 
 
+def test_a_file_that_shrinks_during_a_load_is_enodata_naming_it(folder, monkeypatch):
+    import torch
+
+    from pyinit import checkpoint
+    from pyinit.checkpoint import staging
+
+    path = folder / "ckpt.safetensors"
+    checkpoint.save({"w": torch.ones(1 << 20)}, path)
+    read = staging._Readers.read
+
+    def cut_then_read(self, window, block):
+        os.truncate(path, 8192)  # another writer, past the header
+        return read(self, window, block)
+
+    monkeypatch.setattr(staging._Readers, "read", cut_then_read)
+    with pytest.raises(OSError, match="the file shrank since it was opened") as shrank:
+        checkpoint.load(path)
+    assert shrank.value.errno == errno.ENODATA and shrank.value.filename == str(path)
+
+
 def write_pretrained(folder: Path, tensors: dict) -> Path:
     """The layout of a pretrained model: safetensors' own files and an index."""
     from safetensors.torch import save_file

@@ -13,6 +13,7 @@ blocks', whatever the checkpoint's size.
 
 from __future__ import annotations
 
+import errno
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -138,7 +139,7 @@ def mark(held: Held, streams: set[torch.cuda.Stream]) -> None:
 
 
 def _pinned(destinations: Sequence[torch.device]) -> bool:
-    return any(d.type == "cuda" for d in destinations) and torch.cuda.is_available()
+    return any(d.type == "cuda" for d in destinations)
 
 
 # ---------------------------------------------------------------------------
@@ -263,8 +264,10 @@ def fill(paths: Sequence[str], sizes: Sequence[int], pieces: Sequence[Piece], ch
                 window, held, future = reading.popleft()
                 got = future.result()
                 if got < window.length:
-                    raise OSError(f"{paths[window.file]}: read {got} of {window.length} bytes "
-                                  f"at {window.begin}: the file shrank")  # fmt: skip
+                    # As the reader says it of a batch: ENODATA with the path.
+                    raise OSError(errno.ENODATA, f"read {got} of {window.length} bytes at "
+                                  f"{window.begin} (the file shrank since it was opened)",
+                                  paths[window.file])  # fmt: skip
                 streams = set()
                 for piece in window.pieces:
                     offset = piece.begin - window.begin
