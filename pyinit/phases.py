@@ -30,8 +30,9 @@ def install(sink: Sink | None) -> None:
     _sink = sink
 
 
-def now() -> float:
-    """The phases' clock: CLOCK_BOOTTIME, which counts a suspended machine's time too."""
+def boottime() -> float:
+    """Seconds since the kernel started (CLOCK_BOOTTIME): the clock of the
+    phases, the run's events and PID 1's timeline."""
     return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
@@ -50,12 +51,12 @@ def phase(name: str) -> Iterator[dict[str, Any]]:
         yield detail
         return
     entered.add(name)
-    start = now()
+    start = boottime()
     try:
         yield detail
     finally:
         entered.discard(name)
-        sink.ended(name, start, now(), detail)
+        sink.ended(name, start, boottime(), detail)
 
 
 def record(name: str, start: float, end: float, **detail: Any) -> None:

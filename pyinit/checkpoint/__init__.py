@@ -54,7 +54,7 @@ from pyinit.io import (  # noqa: E402
     DirectWriter,
 )
 from pyinit.jsonfile import load_json, read_input_text  # noqa: E402
-from pyinit.phases import now, phase, record  # noqa: E402
+from pyinit.phases import boottime, phase, record  # noqa: E402
 
 if TYPE_CHECKING:
     from pyinit.checkpoint.dcp import DirectStorageReader, DirectStorageWriter
@@ -127,7 +127,7 @@ class PendingSave:
             return
         finally:
             staging.snapshots.give(snapshot.arena, snapshot.pinned)
-        record("checkpoint save", began, now(), path=self.path, bytes=_nbytes(snapshot.items),
+        record("checkpoint save", began, boottime(), path=self.path, bytes=_nbytes(snapshot.items),
                blocked_s=round(blocked, 6), background=True)  # fmt: skip
 
     def done(self) -> bool:
@@ -177,14 +177,14 @@ def save(
     target = os.fspath(path)
     items = checked_items(state_dict, target)
     with phase("checkpoint"):  # under pyinit run, a wait of the step it falls in
-        began = now()
+        began = boottime()
         if background:
             snapshot = _snapshot(items)
-            return PendingSave(snapshot, target, queue_depth, began, now() - began)
+            return PendingSave(snapshot, target, queue_depth, began, boottime() - began)
         with phase("checkpoint save") as detail:
             detail.update(path=target, bytes=_nbytes(items))
             crc = _write(items, target, queue_depth)
-            detail["blocked_s"] = round(now() - began, 6)
+            detail["blocked_s"] = round(boottime() - began, 6)
         return crc
 
 

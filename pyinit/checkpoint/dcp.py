@@ -69,7 +69,7 @@ from pyinit.io import (
     write_file,
 )
 from pyinit.jsonfile import load_json, read_input, read_input_text
-from pyinit.phases import now, phase
+from pyinit.phases import phase
 
 METADATA = ".metadata"  # DCP's name for it: FileSystemReader opens this
 CHECKSUMS = ".crc32c"  # ours: "FILE:OFFSET" -> the item's CRC-32C, JSON
@@ -215,8 +215,6 @@ class DirectStorageWriter(_Folder, StorageWriter):
         self.path = os.fspath(path) if path is not None else ""
         self.queue_depth = queue_depth
         self.save_id = uuid.uuid4().hex
-        self.rank = 0
-        self._began = 0.0
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
         if checkpoint_id:
@@ -227,8 +225,7 @@ class DirectStorageWriter(_Folder, StorageWriter):
         self.save_id = uuid.uuid4().hex
 
     def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
-        self.rank = kwargs.get("rank") or 0
-        self._began = now()
+        """Nothing per rank: the plan names each rank's file (prepare_global_plan)."""
 
     def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
         return plan

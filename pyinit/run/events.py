@@ -22,14 +22,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pyinit.phases import boottime
+
 FILE_NAME = "events.jsonl"
 # Where pyinit run tells its agent and workers to write (the run's folder).
 RUN_DIR_ENV = "PYINIT_RUN_DIR"
-
-
-def boottime() -> float:
-    """Seconds since the kernel started, on the clock PID 1's timeline uses."""
-    return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
 def _stat_fields(pid: int | str) -> list[str]:
