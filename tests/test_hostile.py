@@ -141,6 +141,7 @@ BAD_INPUT = [
     (["pyinit", "bench", "checkpoint", "--dir", "{tmp}/missing"], {}, 2, "no such folder"),
     (["pyinit", "bench", "checkpoint", "--size", "1K"], {}, 2, "--size: must be"),
     (["pyinit", "bench", "checkpoint", "--device", "tpu:0"], {}, 2, "--device tpu:0: not a device"),
+    (["pyinit", "bench", "checkpoint", "--device", "meta"], {}, 2, "--device meta: not a device"),
     (["pyinit", "bench", "checkpoint", "--no-files"], {}, 2, "--no-files leaves nothing"),
     (["pyinit", "bench", "checkpoint", "--device", "cuda:63"], {}, 1, "this machine has"),
     (["pyinit", "bench", "checkpoint", "--ranks", "0"], {}, 2, "--ranks: must be"),

@@ -519,7 +519,9 @@ def main(args: argparse.Namespace) -> int:
     try:
         device = torch.device(args.device)
     except RuntimeError:
-        raise InputError(f"--device {args.device}: not a device (cpu, cuda, cuda:N)") from None
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise InputError(f"--device {args.device}: not a device (cpu, cuda, cuda:N)")
     if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
         print(f"pyinit bench checkpoint: --device {args.device}: this machine has "
               f"{torch.cuda.device_count()} CUDA GPU(s)", file=sys.stderr)  # fmt: skip

@@ -262,8 +262,11 @@ def _device_of(devices: Devices, name: str, target: str) -> torch.device:
     try:
         device = torch.device(wanted)
     except (RuntimeError, TypeError):
-        raise InputError(f"device= {wanted!r} is not a device (cpu, cuda, cuda:N)",
-                         file=target) from None  # fmt: skip
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        # The staging blocks copy to the CPU or CUDA devices; torch names more.
+        raise InputError(f"device= {wanted!r} is not a device loads go to (cpu, cuda, cuda:N)",
+                         file=target)  # fmt: skip
     if device.type == "cuda":
         count = torch.cuda.device_count()
         if (device.index or 0) >= count:
