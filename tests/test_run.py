@@ -210,6 +210,50 @@ def test_sigterm_ends_the_workers_and_gives_143(pyinit_bin, tmp_path):
     assert log[-1]["status"] == 143
 
 
+HELD_TEARDOWN = """\
+import ctypes
+
+import torch.distributed as dist
+
+
+class HeldTeardown:
+    # Blocks holding the GIL when freed, as torch's teardown of a DDP reducer
+    # over a broken gloo group can.
+    def __del__(self):
+        ctypes.PyDLL(None).sleep(3600)
+
+
+def main():
+    dist.init_process_group("gloo")
+    held = HeldTeardown()
+    if dist.get_rank() == 1:
+        raise RuntimeError("rank 1 fails")
+    dist.barrier()  # rank 0 waits here until rank 1's sockets close
+
+
+main()
+"""
+
+
+def test_a_failed_rank_whose_teardown_hangs_is_ended_and_named(pyinit_bin, tmp_path):
+    script = tmp_path / "held.py"
+    script.write_text(HELD_TEARDOWN)
+    began = time.monotonic()
+    result = pyinit_run(pyinit_bin, "--nproc-per-node", "2", "--run-dir", tmp_path / "run",
+                        "--", script, timeout=120)  # fmt: skip
+    assert result.returncode == 1, result.stderr[-3000:]
+    # Rank 0 waits in its barrier until rank 1 has exited: gloo's own timeout is 30 minutes.
+    assert time.monotonic() - began < 100
+    teardown = tmp_path / "run" / "status" / "teardown-rank1.txt"
+    lines = [line for line in result.stderr.splitlines() if line.startswith("pyinit run:")]
+    assert lines[0].startswith("pyinit run: rank 1 failed first"), result.stderr[-3000:]
+    assert lines[1] == (f"pyinit run: rank 1 failed and its interpreter did not end within 10 s; "
+                        f"it was ended (its threads then: {teardown})")  # fmt: skip
+    assert "in __del__" in teardown.read_text()
+    end = events(tmp_path / "run")[-1]
+    assert end["teardown_hung"] == [1] and end["status"] == 1
+
+
 def test_bad_input_is_one_clear_line_and_exit_2(pyinit_bin, tmp_path, shards):
     script = tmp_path / "ok.py"
     script.write_text("pass\n")

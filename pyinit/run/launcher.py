@@ -38,6 +38,7 @@ from pyinit.run.liveness import JoinWatch, Liveness
 from pyinit.run.nodes import Nodes, find_nodes
 from pyinit.run.preflight import preflight
 from pyinit.run.preload import DEFAULT_PRELOADS
+from pyinit.run.progress import TEARDOWN_S, teardown_path
 from pyinit.run.stall import StallWatch, flight_recorder_env
 from pyinit.run.steps import FOLDER as STEPS_FOLDER
 from pyinit.run.store import Store
@@ -415,6 +416,13 @@ def conclude(plan: Plan, outcome: Outcome, out: IO[str]) -> int:
     if failures and not forwarded and status not in (0, EXIT_STALLED):
         first = failures[0]
         print(f"pyinit run: rank {first['rank']} failed first ({_how(first)})", file=out)
+    hung = [r["rank"] for r in failures if _written(teardown_path(plan.status_dir, r["rank"]))]
+    if hung:
+        fields["teardown_hung"] = hung
+    for rank in hung:
+        print(f"pyinit run: rank {rank} failed and its interpreter did not end within "
+              f"{TEARDOWN_S:g} s; it was ended (its threads then: "
+              f"{teardown_path(plan.status_dir, rank)})", file=out)  # fmt: skip
     joins = outcome.joins
     if status != 0 and joins is not None and not joins.has_joined() and not forwarded:
         missing = joins.missing()
@@ -443,6 +451,13 @@ def conclude(plan: Plan, outcome: Outcome, out: IO[str]) -> int:
     where = f"; torchrun's own log: {details}" if status != 0 and details.exists() else ""
     print(f"pyinit run: exited with status {status}{where}", file=out)
     return status
+
+
+def _written(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False
 
 
 def _last_line(path: Path) -> str:

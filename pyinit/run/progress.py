@@ -12,7 +12,9 @@ step: before it, rendezvous and compilation have their own timeouts).
 
 A worker also registers ``faulthandler`` on STACK_SIGNAL, writing every
 thread's Python stack to ``stack-rankR.txt`` beside its progress file, so the
-supervisor can see where a stalled rank is, even inside C code.
+supervisor can see where a stalled rank is, even inside C code. A worker
+whose script failed gets ``TEARDOWN_S`` to end (``pyinit.run.wrapper``);
+past that its stacks go to ``teardown-rankR.txt`` and it exits.
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ LAYOUT = struct.Struct("<qqdd")
 # A real-time signal: scripts rarely use them, unlike USR1/USR2.
 STACK_SIGNAL = signal.SIGRTMIN + 4
 BEAT_SECONDS = 1.0
+# How long a failed worker's interpreter may take to end. Its peers learn of
+# the failure when its sockets close: until it exits they wait in their
+# collectives (gloo's timeout is 30 minutes).
+TEARDOWN_S = 10.0
 
 
 def progress_path(status_dir: Path, rank: int) -> Path:
@@ -41,6 +47,11 @@ def progress_path(status_dir: Path, rank: int) -> Path:
 
 def stack_path(status_dir: Path, rank: int) -> Path:
     return status_dir / f"stack-rank{rank}.txt"
+
+
+def teardown_path(status_dir: Path, rank: int) -> Path:
+    """Where a failed worker whose interpreter would not end wrote its stacks."""
+    return status_dir / f"teardown-rank{rank}.txt"
 
 
 @dataclass(frozen=True)

@@ -42,10 +42,12 @@ from pyinit.phases import phase
 from pyinit.run.events import EventLog, boottime, process_start
 from pyinit.run.progress import (
     STACK_SIGNAL,
+    TEARDOWN_S,
     ProgressWriter,
     install,
     progress_path,
     stack_path,
+    teardown_path,
 )
 from pyinit.run.steps import StepLog, steps_path
 from pyinit.run.store import FD_ENV as STORE_FD_ENV
@@ -53,7 +55,8 @@ from pyinit.run.store import FD_ENV as STORE_FD_ENV
 
 def _record(status_dir: Path, code: int) -> None:
     """The script's own exit status for pyinit run; on a full disk, without it
-    (pyinit run then reports torchrun's status), said in one line."""
+    (pyinit run then reports torchrun's status), said in one line. A failure's
+    teardown is bounded from here on."""
     rank = os.environ.get("RANK", "0")
     record = {"rank": int(rank), "pid": os.getpid(), "exit": code, "time": time.time()}
     try:
@@ -61,6 +64,22 @@ def _record(status_dir: Path, code: int) -> None:
     except OSError as error:
         print(f"pyinit run: rank {rank}'s exit status {code} is not recorded: "
               f"{error.strerror or error}", file=sys.stderr, flush=True)  # fmt: skip
+    if code != 0:
+        _bound_teardown(status_dir, rank)
+
+
+def _bound_teardown(status_dir: Path, rank: str) -> None:
+    """A failed worker ends within TEARDOWN_S, whatever its teardown does.
+    Freeing the failed script's objects can block for good: torch's teardown
+    of a DDP reducer over a broken gloo group can deadlock holding the GIL,
+    and every other rank then waits for this one's sockets to close.
+    faulthandler's watchdog needs no GIL: past the limit it writes every
+    thread's stack to the rank's teardown file and exits with status 1."""
+    try:
+        stacks = open(teardown_path(status_dir, int(rank)), "w")  # noqa: SIM115 (faulthandler keeps it)
+    except OSError:
+        return  # a full disk: unbounded, as without us
+    faulthandler.dump_traceback_later(TEARDOWN_S, exit=True, file=stacks)
 
 
 def _run_program(argv: list[str]) -> int:
