@@ -679,6 +679,12 @@ def test_a_checkpoint_failure_is_one_line_and_a_script_bug_is_not(folder):
     with pytest.raises(FileNotFoundError) as missing:
         checkpoint.save({"w": torch.ones(2)}, folder / "no" / "such.safetensors")
     assert "No such file or directory" in checkpoint_failure(missing.value)
+    # A DCP load of a folder that is not a checkpoint fails where the reader is
+    # made, before torch's load (which would log a traceback), and is one line too.
+    with pytest.raises(FileNotFoundError) as not_dcp:
+        checkpoint.DirectStorageReader(folder / "not-a-checkpoint")
+    line = checkpoint_failure(not_dcp.value)
+    assert line.startswith("checkpoint: ") and f"{folder}/not-a-checkpoint/.metadata" in line
     # The same errors raised by the script itself are its own: its traceback stays.
     assert checkpoint_failure(FileNotFoundError(2, "gone", "x")) is None
     assert checkpoint_failure(ValueError("a bug")) is None

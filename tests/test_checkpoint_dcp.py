@@ -129,22 +129,35 @@ def test_a_damaged_item_is_named_and_a_missing_checkpoint_is_one_line(folder):
     error = load_failure(path)
     assert isinstance(error, InputError) and str(data) in str(error)
     assert "the file is truncated" in str(error)
+    # A folder that is not a checkpoint is our error where the folder is named,
+    # by path or by checkpoint_id: inside dcp.load torch would log it with its
+    # traceback and raise an AssertionError of its own.
     missing = folder / "nothing" / ".metadata"
-    assert_metadata_failure(
-        load_failure(missing.parent),
-        missing,
-        "no .metadata: not a checkpoint, or one whose save did not finish",
-    )
+    for named in (lambda: DirectStorageReader(missing.parent),
+                  lambda: dcp.load(blank(), checkpoint_id=missing.parent,
+                                   storage_reader=DirectStorageReader())):  # fmt: skip
+        with pytest.raises(FileNotFoundError) as raised:
+            named()
+        assert raised.value.filename == str(missing)
+        assert "no .metadata: not a checkpoint, or one whose save did not finish" in str(
+            raised.value)  # fmt: skip
     (path / ".metadata").write_bytes(b"not a pickle")
-    assert_metadata_failure(load_failure(path), path / ".metadata", "not DCP metadata")
+    with pytest.raises(InputError, match="not DCP metadata") as raised:
+        DirectStorageReader(path)
+    assert raised.value.file == str(path / ".metadata")
 
 
-def assert_metadata_failure(error: BaseException, path: Path, words: str) -> None:
-    """DCP turns a failed read of the metadata into its own AssertionError:
-    torch 2.13 puts our line in it, earlier versions only in their log."""
-    assert isinstance(error, AssertionError)
-    if str(error) != "metadata is None":
-        assert words in str(error) and str(path) in str(error)
+def test_a_reader_named_before_its_checkpoint_was_replaced_reads_the_new_one(folder):
+    path = folder / "ckpt"
+    dcp.save(state(1), storage_writer=DirectStorageWriter(path))
+    reader = DirectStorageReader(path)  # reads the metadata of state(1)
+    dcp.save(state(2), storage_writer=DirectStorageWriter(path))  # exchanged into place
+    loaded = blank()
+    dcp.load(loaded, storage_reader=reader)
+    assert same(loaded, state(2))
+    loaded = blank()
+    dcp.load(loaded, storage_reader=reader)  # a second load through the same reader
+    assert same(loaded, state(2))
 
 
 def load_failure(path: Path) -> BaseException:

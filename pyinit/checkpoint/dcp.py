@@ -367,6 +367,10 @@ def _apply(request: ReadItem, item: memoryview, planner: LoadPlanner,
         planner.commit_tensor(request, target)
 
 
+def _identity(stat: os.stat_result) -> tuple[int, ...]:
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
 class DirectStorageReader(_Folder, StorageReader):
     """DCP's StorageReader: each rank reads the byte ranges its plan names
     with O_DIRECT, in runs of up to 32 MiB, two files at a time, and checks
@@ -380,18 +384,27 @@ class DirectStorageReader(_Folder, StorageReader):
         self.load_id = uuid.uuid4().hex
         self.storage_data: dict[Any, _StorageInfo] = {}
         self.checksums: dict[str, int] = {}
+        self._metadata: tuple[tuple[int, ...], Metadata] | None = None
+        if self.path:
+            self._metadata = self._read_metadata_file()
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
         self.storage_data = {}
         if checkpoint_id:
             self.path = os.fspath(checkpoint_id)
+            self._metadata = self._read_metadata_file()
         self.load_id = uuid.uuid4().hex
 
-    def read_metadata(self) -> Metadata:
-        # No rank argument: this writer writes one global metadata file, and
-        # DCP looks for rank-local ones only from readers that take it.
+    def _read_metadata_file(self) -> tuple[tuple[int, ...], Metadata]:
+        """The folder's metadata, read where the folder is named: a folder
+        that is not a checkpoint is then our one error, raised to the caller.
+        Inside dcp.load, torch logs a failed read_metadata with its traceback
+        and raises an AssertionError of its own. Kept with the identity of
+        the file it came from, so read_metadata reads it again only if the
+        checkpoint was replaced since."""
         path = os.path.join(self.path, METADATA)
         try:
+            identity = _identity(os.stat(path))
             metadata = pickle.loads(read_input(path, limit=1 << 30))
         except FileNotFoundError:
             raise FileNotFoundError(
@@ -401,6 +414,19 @@ class DirectStorageReader(_Folder, StorageReader):
             raise InputError(f"not DCP metadata ({error})", file=path) from None
         if not isinstance(metadata, Metadata):
             raise InputError(f"holds a {type(metadata).__name__}, not DCP metadata", file=path)
+        return identity, metadata
+
+    def read_metadata(self) -> Metadata:
+        # No rank argument: this writer writes one global metadata file, and
+        # DCP looks for rank-local ones only from readers that take it.
+        kept, self._metadata = self._metadata, None
+        try:
+            current = _identity(os.stat(os.path.join(self.path, METADATA)))
+        except OSError:
+            current = None
+        if kept is None or kept[0] != current:
+            kept = self._read_metadata_file()
+        metadata = kept[1]
         if metadata.storage_meta is None:
             metadata.storage_meta = StorageMeta()
         metadata.storage_meta.load_id = self.load_id
