@@ -456,8 +456,8 @@ def test_keys_load_a_subset_and_a_device_map_places_each_tensor(folder, small_bl
         checkpoint.load(path, device={"scalar": "cpu"})
     import torch
 
-    for device, message in (("tpu:3", "is not a device"), (5.5, "is not a device"),
-                            ("meta", "is not a device loads go to"),
+    for device, message in (("tpu:3", "'tpu:3': not a device"), (5.5, "5.5: not a device"),
+                            ("meta", "'meta': not a device checkpoints go to"),
                             (f"cuda:{torch.cuda.device_count()}", "CUDA GPU\\(s\\)")):  # fmt: skip
         with pytest.raises(InputError, match=message) as error:
             checkpoint.load(path, device=device)

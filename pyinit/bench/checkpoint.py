@@ -514,20 +514,22 @@ def main(args: argparse.Namespace) -> int:
         raise InputError("--no-files leaves nothing to time without --dcp")
     import torch
 
+    from pyinit.checkpoint import staging
+
     if args.device is None:
         args.device = "cuda:0" if torch.cuda.is_available() else "cpu"
     try:
         device = torch.device(args.device)
     except RuntimeError:
         device = None
-    if device is None or device.type not in ("cpu", "cuda"):
-        raise InputError(f"--device {args.device}: not a device (cpu, cuda, cuda:N)")
-    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
-        print(f"pyinit bench checkpoint: --device {args.device}: this machine has "
-              f"{torch.cuda.device_count()} CUDA GPU(s)", file=sys.stderr)  # fmt: skip
+    problem = staging.device_problem(device)
+    if problem and device is not None and device.type == "cuda":
+        # A GPU this machine lacks: its hardware, not the command line.
+        print(f"pyinit bench checkpoint: --device {args.device}: {problem}", file=sys.stderr)
         return 1
+    if problem:
+        raise InputError(f"--device {args.device}: {problem}")
     note_missing("matplotlib", "the PNG", "pyinit bench checkpoint")  # once the arguments are good
-    from pyinit.checkpoint import staging
 
     results, size, count = [], args.size, 0
     if not args.no_files:

@@ -263,15 +263,9 @@ def _device_of(devices: Devices, name: str, target: str) -> torch.device:
         device = torch.device(wanted)
     except (RuntimeError, TypeError):
         device = None
-    if device is None or device.type not in ("cpu", "cuda"):
-        # The staging blocks copy to the CPU or CUDA devices; torch names more.
-        raise InputError(f"device= {wanted!r} is not a device loads go to (cpu, cuda, cuda:N)",
-                         file=target)  # fmt: skip
-    if device.type == "cuda":
-        count = torch.cuda.device_count()
-        if (device.index or 0) >= count:
-            raise InputError(f"device= {wanted!r}: this machine has {count} CUDA GPU(s)",
-                             file=target)  # fmt: skip
+    problem = staging.device_problem(device)
+    if problem:
+        raise InputError(f"device= {wanted!r}: {problem}", file=target)
     return device
 
 

@@ -34,6 +34,16 @@ ALIGN = 4096  # O_DIRECT's offset and length unit on the filesystems checkpoints
 WRITER_DEPTH = 16  # the writer's own 1 MiB blocks in flight behind a device save's
 
 
+def device_problem(device: torch.device | None) -> str:
+    """Why the blocks cannot copy to or from `device` (None: not one torch
+    knows), "" when they can: they reach the CPU and CUDA devices only."""
+    if device is None or device.type not in ("cpu", "cuda"):
+        return "not a device checkpoints go to (cpu, cuda, cuda:N)"
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        return f"this machine has {torch.cuda.device_count()} CUDA GPU(s)"
+    return ""
+
+
 def staging_bytes() -> int:
     """The host memory a device load or save holds (the save's writer
     included): the bound the benchmark checks."""
