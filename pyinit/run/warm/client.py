@@ -139,23 +139,17 @@ def relay(launch: WarmLaunch, signals: Sequence[int], on_signal: Callable[[int],
     `on_tick` runs every `tick_s`. The agent's exit status (128+N for signal
     N). WarmEnded when the warm interpreter went away first. The other
     threads of this process must have `signals` blocked."""
-    read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    previous = {sig: signal.signal(sig, lambda *_: None) for sig in signals}
-    wakeup = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
+    wakeup = protocol.Wakeup(signals)
     kill_at = 0.0
     try:
         while True:
-            ready, _, _ = select.select([launch.sock, read_fd], [], [], tick_s)
-            with contextlib.suppress(BlockingIOError):
-                for sig in os.read(read_fd, 256):
-                    if sig not in previous:
-                        continue
-                    on_signal(sig)
-                    with contextlib.suppress(OSError):
-                        protocol.send(launch.sock, {"signal": sig})
-                    if sig in ESCALATING and not kill_at:
-                        kill_at = time.monotonic() + grace_s
+            ready, _, _ = select.select([launch.sock, wakeup.read_fd], [], [], tick_s)
+            for sig in wakeup.signals():
+                on_signal(sig)
+                with contextlib.suppress(OSError):
+                    protocol.send(launch.sock, {"signal": sig})
+                if sig in ESCALATING and not kill_at:
+                    kill_at = time.monotonic() + grace_s
             if launch.sock in ready:
                 try:
                     answer, _ = protocol.receive(launch.sock)
@@ -173,12 +167,7 @@ def relay(launch: WarmLaunch, signals: Sequence[int], on_signal: Callable[[int],
                 kill_at = float("inf")
             on_tick()
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        signal.set_wakeup_fd(wakeup)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        os.close(read_fd)
-        os.close(write_fd)
+        wakeup.close()
         launch.sock.close()
 
 

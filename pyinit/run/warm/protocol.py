@@ -1,6 +1,7 @@
 """What both sides of a warm launch share: where the socket is, how a
 message travels, and what a launch must share with the warm interpreter
-(:class:`Identity`) for the fork to be what a fresh start would have been."""
+(:class:`Identity`) for the fork to be what a fresh start would have been,
+and how each side's select loop hears its signals (:class:`Wakeup`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import contextlib
 import errno
 import json
 import os
+import signal
 import socket
 import stat
 import struct
@@ -133,6 +135,33 @@ SHARED = {"uid": "user", "gid": "group", "groups": "set of supplementary groups"
           "cgroup": "cgroup", "namespaces": "namespace",
           "privileges": "set of capabilities, no_new_privs or seccomp"}  # fmt: skip
 STATUS_FIELDS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp")
+
+
+class Wakeup:
+    """Signals as bytes on a pipe, for a select loop (no threads): each of
+    `signals` is caught and unblocked in this thread until ``close``, which
+    puts the handlers, the wakeup fd and the signal mask back."""
+
+    def __init__(self, signals: Sequence[int]):
+        self.read_fd, self.write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._previous = {sig: signal.signal(sig, lambda *_: None) for sig in signals}
+        self._fd = signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
+        self._mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
+
+    def signals(self) -> list[int]:
+        """The signals of ours that came since the last call, in order."""
+        try:
+            return [sig for sig in os.read(self.read_fd, 256) if sig in self._previous]
+        except BlockingIOError:
+            return []
+
+    def close(self) -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
+        signal.set_wakeup_fd(self._fd)
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        os.close(self.read_fd)
+        os.close(self.write_fd)
 
 
 @dataclass

@@ -142,29 +142,6 @@ def _memory(pid: int) -> dict[str, int]:
     return found
 
 
-class Wakeup:
-    """Signals as bytes on a pipe, for a select loop (no threads)."""
-
-    def __init__(self, signals: tuple[int, ...]):
-        self.read_fd, self.write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._previous = {sig: signal.signal(sig, lambda *_: None) for sig in signals}
-        self._fd = signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
-
-    def signals(self) -> list[int]:
-        try:
-            return list(os.read(self.read_fd, 256))
-        except BlockingIOError:
-            return []
-
-    def close(self) -> None:
-        signal.set_wakeup_fd(self._fd)
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        os.close(self.read_fd)
-        os.close(self.write_fd)
-
-
 def bind(path: Path) -> socket.socket:
     """The listening socket at `path`; OSError EADDRINUSE when a warm
     interpreter answers there already (a dead one's socket is replaced)."""
@@ -193,7 +170,7 @@ def bind(path: Path) -> socket.socket:
 
 def serve(warm: Warm, listener: socket.socket, path: Path) -> None:
     """Accepts until stopped or idle for the idle timeout."""
-    wakeup = Wakeup(WAITED)
+    wakeup = protocol.Wakeup(WAITED)
     warm.spare = fork_spare(warm, listener, wakeup)
     last = time.monotonic()
     stopping = False
@@ -248,7 +225,7 @@ def _reap(warm: Warm) -> None:
             warm.spare = None
 
 
-def _accept(warm: Warm, listener: socket.socket, wakeup: Wakeup) -> bool:
+def _accept(warm: Warm, listener: socket.socket, wakeup: protocol.Wakeup) -> bool:
     """One connection: refused unless it is this user's; a launch forks a
     keeper. True when it asked the warm interpreter to stop."""
     conn, _ = listener.accept()
@@ -309,7 +286,7 @@ def launch_problem(request: dict[str, Any], fds: list[int]) -> str:
 
 
 def _launch(warm: Warm, conn: socket.socket, request: dict[str, Any], fds: list[int],
-            listener: socket.socket, wakeup: Wakeup) -> None:  # fmt: skip
+            listener: socket.socket, wakeup: protocol.Wakeup) -> None:  # fmt: skip
     """Hands a launch that matches to the spare keeper, which runs it."""
     why = launch_problem(request, fds)
     if why:
@@ -337,7 +314,7 @@ class Spare:
     channel: socket.socket  # the warm interpreter's end; closed: the spare ends
 
 
-def fork_spare(warm: Warm, listener: socket.socket, wakeup: Wakeup) -> Spare:
+def fork_spare(warm: Warm, listener: socket.socket, wakeup: protocol.Wakeup) -> Spare:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     server = os.getpid()
     pid = os.fork()
@@ -361,7 +338,7 @@ def keep(channel: socket.socket, server: int, set_by_import: dict[str, str],
     _native.become_subreaper()
     # The warm interpreter's end ends the run: TERM lets this keeper say so first.
     _native.die_with_parent(signal.SIGTERM, server)
-    wakeup = Wakeup(WAITED)
+    wakeup = protocol.Wakeup(WAITED)
     to_agent, agent_side = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     agent = os.fork()
     if agent == 0:
@@ -391,7 +368,7 @@ def keep(channel: socket.socket, server: int, set_by_import: dict[str, str],
     return relay(conn, agent, server, wakeup)
 
 
-def relay(conn: socket.socket, agent: int, server: int, wakeup: Wakeup) -> int:
+def relay(conn: socket.socket, agent: int, server: int, wakeup: protocol.Wakeup) -> int:
     """The caller's signals to the agent, the agent's status to the caller;
     everything of the launch KILLed when either side goes away first."""
     while True:
