@@ -289,12 +289,39 @@ def start_nodes(pyinit_bin, names, hostfile, tmp_path, steps, shards) -> list[su
     return procs
 
 
+def ended(procs: list[subprocess.Popen], timeout: float) -> list[tuple[str, str]]:
+    """Each node's output once all have ended; when one has not within
+    `timeout`, every node's last words, so a hang says where it was."""
+    deadline = time.monotonic() + timeout
+    outputs = []
+    for proc in procs:
+        try:
+            outputs.append(proc.communicate(timeout=max(0.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            for other in procs:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(other.pid, signal.SIGKILL)
+            said = [f"node {i}: {last_words(p)}" for i, p in enumerate(procs)]
+            raise AssertionError(f"node {procs.index(proc)} did not end within {timeout:g} s\n"
+                                 + "\n".join(said)) from None  # fmt: skip
+    return outputs
+
+
+def last_words(proc: subprocess.Popen) -> str:
+    """The end of a killed node's stderr (its workers, in sessions of their
+    own, may hold the pipe a while longer)."""
+    try:
+        return proc.communicate(timeout=30)[1][-1500:]
+    except subprocess.TimeoutExpired as error:
+        return (error.stderr or b"")[-1500:].decode(errors="replace")
+
+
 @pytest.mark.root
 def test_three_nodes_in_namespaces_train_together(pyinit_bin, three_namespaces, tmp_path, shards):
     hostfile = tmp_path / "hosts"
     hostfile.write_text("\n".join(NODES) + "\n")
     procs = start_nodes(pyinit_bin, three_namespaces, hostfile, tmp_path, 15, shards)
-    outputs = [p.communicate(timeout=300) for p in procs]
+    outputs = ended(procs, 300)
     for proc, (_, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err[-3000:]
     assert "all-reduce: sum 6 over 3 ranks, expected 6" in outputs[0][0]
@@ -329,12 +356,9 @@ def test_a_killed_node_ends_the_others_and_is_named(pyinit_bin, three_namespaces
         # One that ended between the listing and the kill is gone as wanted.
         with contextlib.suppress(ProcessLookupError):
             os.kill(int(pid), signal.SIGKILL)
-    killed_at = time.monotonic()
-    for proc in procs[:2]:
-        proc.communicate(timeout=120)
-        assert proc.returncode != 0
-    assert time.monotonic() - killed_at < 120
-    procs[2].communicate(timeout=60)
+    ended(procs[:2], 120)
+    assert all(proc.returncode != 0 for proc in procs[:2])
+    ended(procs[2:], 60)
     for ns in three_namespaces[:2]:
         end = events(tmp_path / ns)[-1]
         assert end["event"] == "end" and end["status"] != 0
@@ -366,10 +390,9 @@ def test_eight_nodes_join_sum_and_name_a_killed_one(pyinit_bin, eight_namespaces
         # One that ended between the listing and the kill is gone as wanted.
         with contextlib.suppress(ProcessLookupError):
             os.kill(int(pid), signal.SIGKILL)
-    for proc in procs[:7]:
-        proc.communicate(timeout=180)
-        assert proc.returncode != 0
-    procs[7].communicate(timeout=60)
+    ended(procs[:7], 180)
+    assert all(proc.returncode != 0 for proc in procs[:7])
+    ended(procs[7:], 60)
     for ns in eight_namespaces[:7]:
         end = events(tmp_path / ns)[-1]
         assert end["event"] == "end" and end["status"] != 0
