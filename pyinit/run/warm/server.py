@@ -32,6 +32,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -211,14 +212,20 @@ def _unlink_if_ours(path: Path, listener: socket.socket) -> None:
             path.unlink()
 
 
-def _reap(warm: Warm) -> None:
+def _reaped() -> Iterator[tuple[int, int]]:
+    """Each child that has ended, reaped as it is yielded (pid, wait status)."""
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
+        yield pid, status
+
+
+def _reap(warm: Warm) -> None:
+    for pid, _ in _reaped():
         warm.keepers.discard(pid)
         if warm.spare is not None and warm.spare.pid == pid:  # it died waiting
             warm.spare.channel.close()
@@ -405,16 +412,11 @@ def relay(conn: socket.socket, agent: int, server: int, wakeup: protocol.Wakeup)
 def _agent_status(agent: int) -> int | None:
     """The agent's exit status once it has ended (a shell's: 128+N for
     signal N); other children (orphans re-parented here) are reaped."""
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return None
-        if pid == 0:
-            return None
+    for pid, status in _reaped():
         if pid == agent:
             code = os.waitstatus_to_exitcode(status)
             return 128 - code if code < 0 else code
+    return None
 
 
 def become_agent(channel: socket.socket, keeper: int) -> NoReturn:
