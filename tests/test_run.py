@@ -254,6 +254,26 @@ def test_a_failed_rank_whose_teardown_hangs_is_ended_and_named(pyinit_bin, tmp_p
     assert end["teardown_hung"] == [1] and end["status"] == 1
 
 
+BOUNDED_WITHOUT_A_FILE = """\
+import ctypes, sys
+from pathlib import Path
+from pyinit.run import wrapper
+wrapper.TEARDOWN_S = 0.5
+wrapper._bound_teardown(Path(sys.argv[1]), "1")
+ctypes.PyDLL(None).sleep(60)  # a teardown that holds the GIL
+"""
+
+
+def test_a_teardown_is_bounded_where_its_stacks_cannot_be_written(tmp_path):
+    """A status folder that takes no file (a full disk, here one that is
+    missing) loses the stacks' file, not the bound: they go to stderr."""
+    began = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", BOUNDED_WITHOUT_A_FILE, tmp_path / "missing"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 1 and time.monotonic() - began < 30, proc.stderr
+    assert "Timeout (0:00:00.500000)!" in proc.stderr and "<string>" in proc.stderr
+
+
 def test_bad_input_is_one_clear_line_and_exit_2(pyinit_bin, tmp_path, shards):
     script = tmp_path / "ok.py"
     script.write_text("pass\n")

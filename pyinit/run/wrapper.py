@@ -78,7 +78,7 @@ def _bound_teardown(status_dir: Path, rank: str) -> None:
     try:
         stacks = open(teardown_path(status_dir, int(rank)), "w")  # noqa: SIM115 (faulthandler keeps it)
     except OSError:
-        return  # a full disk: unbounded, as without us
+        stacks = sys.__stderr__  # a full disk: the stacks on the terminal, the bound kept
     faulthandler.dump_traceback_later(TEARDOWN_S, exit=True, file=stacks)
 
 
