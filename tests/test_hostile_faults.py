@@ -7,6 +7,7 @@ line, no traceback, nothing half-written and nothing left running."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -397,3 +398,71 @@ def test_printable_escapes_what_a_terminal_would_act_on():
     assert printable("a\x1b[31mb\tc\x7f") == "a\\x1b[31mb\\x09c\\x7f"
     assert printable(os.fsdecode(b"x\xffy")) == "x\\xffy"
     assert printable("ünïcode ✓") == "ünïcode ✓"
+
+
+# Each way a process with the core's reader threads can end: the threads are
+# joined (or never outlive their owner) on every path, so none ends it with
+# std::terminate ("terminate called without an active exception", SIGABRT).
+THREAD_EXITS = {
+    "a reader left open at exit": "r = DirectReader(PATH, queue_depth=32, backend='pread')\n"
+                                  "r.read(0, 4096)\n",
+    "a reader closed by the collector at exit": "rs = [DirectReader(PATH, backend='pread')]\n"
+                                                "rs.append(rs)\n",
+    "a reader open at sys.exit in a thread's run": (
+        "import threading\nr = DirectReader(PATH, queue_depth=64, backend='pread')\n"
+        "t = threading.Thread(target=lambda: [r.read(0, 4096) for _ in range(10**6)], "
+        "daemon=True)\nt.start()\nsys.exit(0)\n"),
+    "a reader open at os._exit": "r = DirectReader(PATH, backend='pread')\nos._exit(0)\n",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("how", sorted(THREAD_EXITS))
+def test_the_readers_threads_never_abort_an_exit(tmp_path, how):
+    data = tmp_path / "data"
+    data.write_bytes(os.urandom(1 << 20))
+    script = ("import os, sys\nfrom pyinit.io import DirectReader\n"
+              f"PATH = {str(data)!r}\n{THREAD_EXITS[how]}")  # fmt: skip
+    for _ in range(5):
+        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                                timeout=60)  # fmt: skip
+        assert (result.returncode, result.stderr) == (0, ""), how
+
+
+def pids_cgroup(tmp_name: str) -> Path | None:
+    """A fresh cgroup of the pids controller (v2 or v1), or None without one."""
+    for root in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/pids")):
+        group = root / tmp_name
+        try:
+            group.mkdir()
+        except OSError:
+            continue
+        if (group / "pids.max").exists():
+            return group
+        group.rmdir()
+    return None
+
+
+def test_a_reader_that_cannot_start_its_threads_is_an_error_not_an_abort(tmp_path):
+    """Thread creation failing half-way (a pids cgroup's limit) once left
+    the threads already started joinable as the constructor unwound."""
+    group = pids_cgroup(f"pod-init-test-{os.getpid()}")
+    if group is None:
+        pytest.skip("no pids cgroup can be made here (cgroup pids controller)")
+    data = tmp_path / "data"
+    data.write_bytes(os.urandom(1 << 16))
+    script = (
+        "import os, sys\nfrom pyinit.io import DirectReader\n"
+        f"open({str(group / 'cgroup.procs')!r}, 'w').write(str(os.getpid()))\n"
+        f"open({str(group / 'pids.max')!r}, 'w').write('12')\n"
+        "try:\n"
+        f"    DirectReader({str(data)!r}, queue_depth=64, backend='pread')\n"
+        "except OSError as error:\n"
+        "    print(error.errno, error)\n"
+    )  # fmt: skip
+    try:
+        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                                timeout=60)  # fmt: skip
+    finally:
+        group.rmdir()
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"{errno.EAGAIN} ") and "pthread_create" in result.stdout

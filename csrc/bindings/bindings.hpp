@@ -24,6 +24,25 @@ using DetailsArg =
 
 pod_init::GpuDetailsMap to_details(const DetailsArg& arg);
 
+// The GIL released for a blocking call, as py::gil_scoped_release, except at
+// interpreter exit. Python (before 3.14) ends a daemon thread that takes the
+// GIL back during finalisation with pthread_exit(); its forced unwind through
+// gil_scoped_release's noexcept destructor ends the whole process with
+// std::terminate ("terminate called without an active exception", SIGABRT),
+// whatever the script did right. Such a thread waits for the process's end
+// instead, as Python 3.14 makes it. Should finalisation begin between the
+// check and the re-acquisition, the destructor may let the unwind through.
+class ReleasedGil {
+ public:
+  ReleasedGil() : state_(PyEval_SaveThread()) {}
+  ~ReleasedGil() noexcept(false);
+  ReleasedGil(const ReleasedGil&) = delete;
+  ReleasedGil& operator=(const ReleasedGil&) = delete;
+
+ private:
+  PyThreadState* state_;
+};
+
 void bind_topology(py::module_& m);
 void bind_nccl(py::module_& m);
 void bind_init(py::module_& m);

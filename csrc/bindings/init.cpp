@@ -43,7 +43,7 @@ void bind_init(py::module_& m) {
         if (on_signal) options.on_signal = [&](int sig) { call(*on_signal, sig); };
         if (on_tick) options.on_tick = [&] { call(*on_tick); };
         if (on_log) options.log = [&](const std::string& line) { call(*on_log, line); };
-        py::gil_scoped_release release;
+        ReleasedGil release;
         return pod_init::supervise(options);
       },
       py::arg("command"), py::arg("env"), py::arg("grace_s") = 10.0,
@@ -85,7 +85,7 @@ void bind_init(py::module_& m) {
         if (!(grace_s >= 0 && grace_s <= 3600)) {
           throw py::value_error("grace_s must be from 0 to 3600");
         }
-        py::gil_scoped_release release;
+        ReleasedGil release;
         return pod_init::end_children(static_cast<unsigned>(grace_s * 1000));
       },
       py::arg("grace_s") = 0.0,

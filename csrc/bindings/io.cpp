@@ -170,7 +170,7 @@ void bind_io(py::module_& m) {
              Stream::Item item;
              bool more = false;
              {
-               py::gil_scoped_release release;
+               ReleasedGil release;
                more = s.next(&item);
              }
              if (!more) throw py::stop_iteration();
@@ -179,13 +179,13 @@ void bind_io(py::module_& m) {
              return owning_array(std::move(item.block), 0,
                                  {static_cast<py::ssize_t>(item.rows), length});
            })
-      .def("close", &Stream::close, py::call_guard<py::gil_scoped_release>(),
+      .def("close", &Stream::close, py::call_guard<ReleasedGil>(),
            "Waits for the reads in flight and frees the rows ahead; later next() raises "
            "ValueError.")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__",
            [](Stream& s, const py::args&) {
-             py::gil_scoped_release release;
+             ReleasedGil release;
              s.close();
            })
       .def(
@@ -209,7 +209,7 @@ void bind_io(py::module_& m) {
                paths = std::get<std::vector<std::string>>(path);
              }
              if (paths.empty()) throw py::value_error("no paths given");
-             py::gil_scoped_release release;
+             ReleasedGil release;
              return std::make_unique<pod_init::DirectReader>(std::move(paths), queue_depth, choice,
                                                              page_cache);
            }),
@@ -224,7 +224,7 @@ void bind_io(py::module_& m) {
             uint64_t len = non_negative(length, "length");
             pod_init::DirectReader::Span span;
             {
-              py::gil_scoped_release release;
+              ReleasedGil release;
               span = r.read(off, len, static_cast<uint32_t>(only_file(r, "path")));
             }
             size_t head = span.head, got = span.length;
@@ -242,7 +242,7 @@ void bind_io(py::module_& m) {
             }
             auto* dst = static_cast<uint8_t*>(info.ptr);
             size_t length = static_cast<size_t>(info.size * info.itemsize);
-            py::gil_scoped_release release;
+            ReleasedGil release;
             return r.read_into(dst, length, off, static_cast<uint32_t>(only_file(r, "path")));
           },
           py::arg("buffer"), py::arg("offset"),
@@ -262,13 +262,13 @@ void bind_io(py::module_& m) {
                                       std::to_string(at.size() * len) + " bytes");
               }
               auto* dst = static_cast<uint8_t*>(info.ptr);
-              py::gil_scoped_release release;
+              ReleasedGil release;
               r.read_batch_into(at, len, dst, file_of);
               return *out;
             }
             pod_init::OwnedBlock rows;
             {
-              py::gil_scoped_release release;
+              ReleasedGil release;
               rows = r.read_batch(at, len, file_of);
             }
             return owning_array(
@@ -291,7 +291,7 @@ void bind_io(py::module_& m) {
               throw py::value_error("batch must be >= 1, not " + std::to_string(*batch));
             }
             int64_t in_flight = depth ? *depth : static_cast<int64_t>(r.queue_depth());
-            py::gil_scoped_release release;
+            ReleasedGil release;
             return r.stream(std::move(at), len, std::move(file_of),
                             batch ? static_cast<size_t>(*batch) : 0, in_flight);
           },
@@ -303,7 +303,7 @@ void bind_io(py::module_& m) {
       .def(
           "stats", [](const pod_init::DirectReader& r) { return stats_dict(r.stats()); },
           "reads, bytes, ios, page_cache_reads and the IO latency (µs percentiles, histogram).")
-      .def("close", &pod_init::DirectReader::close, py::call_guard<py::gil_scoped_release>(),
+      .def("close", &pod_init::DirectReader::close, py::call_guard<ReleasedGil>(),
            "Closes the files once calls in other threads have finished; later calls raise "
            "ValueError.")
       .def_property_readonly(
@@ -342,7 +342,7 @@ void bind_io(py::module_& m) {
       "crc32c",
       [](const py::buffer& data, uint32_t value) {
         py::buffer_info info = contiguous(data, "crc32c");
-        py::gil_scoped_release release;
+        ReleasedGil release;
         return pod_init::crc32c(value, info.ptr, byte_length(info));
       },
       py::arg("data"), py::arg("value") = 0,
@@ -359,7 +359,7 @@ void bind_io(py::module_& m) {
         std::string failed;
         int rc = 0;
         {
-          py::gil_scoped_release release;
+          ReleasedGil release;
           rc = pod_init::publish_directory(staged, target, &replaced, &failed);
         }
         if (rc < 0) throw pod_init::SysError(-rc, "rename", failed);
@@ -389,7 +389,7 @@ void bind_io(py::module_& m) {
                        const py::int_& head_bytes) {
              uint64_t expected = non_negative(size, "size");
              uint64_t head = non_negative(head_bytes, "head_bytes");
-             py::gil_scoped_release release;
+             ReleasedGil release;
              return std::make_unique<pod_init::DirectWriter>(path, expected, queue_depth, head);
            }),
            py::arg("path"), py::arg("size") = 0, py::arg("queue_depth") = 32,
@@ -401,7 +401,7 @@ void bind_io(py::module_& m) {
           "write",
           [](pod_init::DirectWriter& w, const py::buffer& data) {
             py::buffer_info info = contiguous(data, "write");
-            py::gil_scoped_release release;
+            ReleasedGil release;
             return w.write(static_cast<const uint8_t*>(info.ptr), byte_length(info));
           },
           py::arg("data"),
@@ -410,13 +410,13 @@ void bind_io(py::module_& m) {
           "write_head",
           [](pod_init::DirectWriter& w, const py::buffer& data) {
             py::buffer_info info = contiguous(data, "write_head");
-            py::gil_scoped_release release;
+            ReleasedGil release;
             w.write_head(static_cast<const uint8_t*>(info.ptr), byte_length(info));
           },
           py::arg("data"), "Writes the head_bytes reserved at the start (once, before commit).")
-      .def("commit", &pod_init::DirectWriter::commit, py::call_guard<py::gil_scoped_release>(),
+      .def("commit", &pod_init::DirectWriter::commit, py::call_guard<ReleasedGil>(),
            "Syncs the file, renames it over path, syncs the folder; returns the CRC-32C.")
-      .def("abort", &pod_init::DirectWriter::abort, py::call_guard<py::gil_scoped_release>(),
+      .def("abort", &pod_init::DirectWriter::abort, py::call_guard<ReleasedGil>(),
            "Discards the new file; path stays as it was.")
       .def(
           "stats",

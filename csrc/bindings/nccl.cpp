@@ -70,7 +70,7 @@ void bind_nccl(py::module_& m) {
       .def(
           "write",
           [](const pod_init::NcclConfig& c) {
-            py::gil_scoped_release release;
+            ReleasedGil release;
             pod_init::write_nccl_files(c);
           },
           "Writes every file under out_dir, each whole or not at all.")
@@ -83,7 +83,7 @@ void bind_nccl(py::module_& m) {
          bool force_rings, int channels, const DetailsArg& details,
          const std::map<std::string, std::string>& environment, const std::string& proc_root,
          const std::map<std::string, std::string>& tuned_env, const std::string& tuning_table) {
-        py::gil_scoped_release release;
+        ReleasedGil release;
         pod_init::NcclRequest request =
             pod_init::make_nccl_request(topology, {hints, proc_root, environment});
         if (nodes) request.nodes = *nodes;
@@ -127,7 +127,7 @@ void bind_nccl(py::module_& m) {
       "load_node_list",
       [](const std::string& hostfile, const std::string& hostfile_text, int node) {
         if (node < -1) throw py::value_error("node must be >= 0, or -1 for this machine");
-        py::gil_scoped_release release;
+        ReleasedGil release;
         return pod_init::load_node_list(hostfile, hostfile_text, node);
       },
       py::arg("hostfile"), py::arg("hostfile_text") = "", py::arg("node") = -1,

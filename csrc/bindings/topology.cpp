@@ -71,7 +71,7 @@ void bind_topology(py::module_& m) {
       [](const std::string& sysfs_root, int expect_gpus, bool probe_bar0) {
         if (sysfs_root.empty()) throw py::value_error("sysfs_root must not be empty");
         if (expect_gpus < -1) throw py::value_error("expect_gpus must be >= 0, or -1 for none");
-        py::gil_scoped_release release;
+        ReleasedGil release;
         return pod_init::scan({sysfs_root, expect_gpus, probe_bar0});
       },
       py::arg("sysfs_root") = "/sys", py::arg("expect_gpus") = -1, py::arg("probe_bar0") = true,

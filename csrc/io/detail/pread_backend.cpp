@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -22,16 +23,16 @@ class PreadBackend : public IoBackend {
  public:
   PreadBackend(std::vector<int> fds, unsigned depth) : fds_(std::move(fds)), depth_(depth) {
     unsigned threads = std::min(depth, 64u);
-    for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
-  }
-  ~PreadBackend() override {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
+    try {
+      for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
+    } catch (const std::system_error& error) {
+      // Out of threads (EAGAIN: a pids cgroup, RLIMIT_NPROC): those started
+      // are joined, or their destructors would end the process (std::terminate).
+      stop();
+      throw SysError(error.code().value(), "pthread_create");
     }
-    wake_workers_.notify_all();
-    for (std::thread& worker : workers_) worker.join();
   }
+  ~PreadBackend() override { stop(); }
 
   const char* name() const override { return "pread"; }
   unsigned depth() const override { return depth_; }
@@ -57,6 +58,16 @@ class PreadBackend : public IoBackend {
   }
 
  private:
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_workers_.notify_all();
+    for (std::thread& worker : workers_) worker.join();
+    workers_.clear();
+  }
+
   void work() {
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
