@@ -3,6 +3,7 @@ pyinit run hands its agent to, and restarts that fork warm."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -385,3 +386,192 @@ def test_malformed_requests_are_refused_and_the_warm_interpreter_serves_on(warm_
     status = subprocess.run([PYINIT, "warm", "status", "--json"], env=warm_env,
                             capture_output=True, text=True, timeout=60)  # fmt: skip
     assert status.returncode == 0 and json.loads(status.stdout)["running"] == 0
+
+
+def frame(body: bytes) -> bytes:
+    return len(body).to_bytes(4, "little") + body
+
+
+def ask(path: str, packet: bytes, fds: list[int] = ()) -> dict | None:
+    """One packet to the warm interpreter; its answer (None: it closed)."""
+    from pyinit.run.warm import protocol
+
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(60)
+        sock.connect(path)
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            socket.send_fds(sock, [packet], list(fds)) if fds else sock.sendall(packet)
+            sock.shutdown(socket.SHUT_WR)
+        try:
+            return protocol.receive(sock)[0]
+        except (ConnectionResetError, ValueError):
+            return None
+
+
+def launch_template(env: dict[str, str]) -> dict:
+    """A launch as pyinit run sends it, for this test process's identity; its
+    agent would only print torchrun's usage (an option torchrun lacks)."""
+    here = (
+        "import json, os; from pyinit.run.warm import protocol; print(json.dumps("
+        "protocol.Identity.here(os.environ, protocol.agent_sys_path()).to_dict()))"
+    )
+    identity = subprocess.run([sys.executable, "-P", "-c", here], env=env, capture_output=True,
+                              text=True, check=True, timeout=60).stdout  # fmt: skip
+    return {"op": "launch", "args": ["--no-such-torchrun-option"], "env": dict(env),
+            "cwd": "/", "umask": 0o22, "limits": {}, "affinity": [], "preloads": [],
+            "identity": json.loads(identity), "store_env": "X"}  # fmt: skip
+
+
+def serves(env: dict[str, str]) -> dict:
+    status = subprocess.run([PYINIT, "warm", "status", "--json"], env=env, capture_output=True,
+                            text=True, timeout=60)  # fmt: skip
+    assert status.returncode == 0, status.stderr
+    return json.loads(status.stdout)
+
+
+def test_deep_json_and_unknown_names_are_refused_and_it_serves_on(own_warm):
+    """Nesting that exhausts json's recursion, and a launch whose namespaces
+    hold a name this interpreter does not know, each refuse that request."""
+    path = str(Path(own_warm["PYINIT_WARM_DIR"]) / "warm.sock")
+    assert ask(path, frame(b"[" * 200_000)) is None
+    assert ask(path, frame(b'{"a":' * 100_000)) is None
+    launch = launch_template(own_warm)
+    launch["identity"]["namespaces"]["time"] = "time:[4026531834]"
+    with open(os.devnull, "rb") as null:
+        answer = ask(path, frame(json.dumps(launch).encode()), [null.fileno()] * 3)
+    assert answer == {"ok": False, "reason": "another set of namespaces here than the warm "
+                      "interpreter's"}  # fmt: skip
+    log = (Path(own_warm["PYINIT_WARM_DIR"]) / "warm.log").read_text()
+    assert log.count("a request that could not be read: malformed JSON: nested too deeply") == 2
+    assert serves(own_warm)["launches"] == 0
+
+
+def test_silent_peers_hold_up_nobody(own_warm):
+    """More peers that connect and say nothing than the listen backlog: a
+    status request is answered while they are all still connected (each
+    has REQUEST_DEADLINE_S to say its request, and is then dropped)."""
+    path = str(Path(own_warm["PYINIT_WARM_DIR"]) / "warm.sock")
+    silent = []
+    try:
+        for _ in range(80):
+            sock = socket.socket(socket.AF_UNIX)
+            sock.connect(path)
+            silent.append(sock)
+        serves(own_warm)
+        for sock in silent:  # not dropped yet: the answer did not wait for their deadlines
+            sock.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                sock.recv(1)
+    finally:
+        for sock in silent:
+            sock.close()
+
+
+def mutations(template: dict, seed: int) -> Iterator[tuple[bytes, bool]]:
+    """Hostile frames: random bytes, lying lengths, deep or odd JSON, and the
+    launch template with a field of its identity, preloads or shape changed
+    (always to something the warm interpreter must refuse). Each with whether
+    to send the standard streams' descriptors along."""
+    import random
+
+    rng = random.Random(seed)
+    atoms = [None, True, 0, -1, 2**70, 1.5, float("inf"), "", "x" * 300, "\udcff", [], {}]
+
+    def any_value(depth: int = 0) -> object:
+        roll = rng.random()
+        if depth > 4 or roll < 0.5:
+            return rng.choice(atoms)
+        if roll < 0.75:
+            return [any_value(depth + 1) for _ in range(rng.randrange(4))]
+        return {rng.choice(["op", "env", "args", "x", ""]): any_value(depth + 1)
+                for _ in range(rng.randrange(4))}  # fmt: skip
+
+    while True:
+        kind = rng.randrange(8)
+        if kind == 0:
+            yield bytes(rng.randrange(256) for _ in range(rng.randrange(64))), False
+        elif kind == 1:
+            body = json.dumps(template).encode()
+            length = rng.randrange(2**32).to_bytes(4, "little")
+            yield length + body[: rng.randrange(len(body))], True
+        elif kind == 2:
+            depth = rng.randrange(1, 300_000)
+            yield frame(rng.choice([b"[", b'{"a":', b'{"op":[']) * depth), False
+        elif kind == 3:
+            text = json.dumps(any_value(), default=str).encode(errors="surrogateescape")
+            yield frame(text), rng.random() < 0.5
+        else:
+            launch = json.loads(json.dumps(template))
+            section = rng.choice(["identity", "identity", "preloads", "op", "limits", "cwd"])
+            if section == "identity":
+                field = rng.choice(sorted(set(launch["identity"]) - {"import_env"}))
+                inner = launch["identity"][field]
+                if isinstance(inner, dict) and inner and rng.random() < 0.5:
+                    inner[rng.choice(sorted(inner))] = any_value()
+                    inner["extra" + str(rng.randrange(9))] = any_value()
+                else:
+                    launch["identity"][field] = any_value()
+            elif section == "preloads":
+                launch["preloads"] = [rng.choice(["", "no.such.module", "x" * 500])]
+            elif section == "limits":
+                launch["limits"] = {rng.choice(["RLIMIT_NOFILE", "nope", "__class__"]):
+                                    any_value()}  # fmt: skip
+                launch["identity"]["uid"] = -1  # were the limits acceptable: refused anyway
+            else:
+                launch[section] = any_value()
+                launch["identity"]["gid"] = -1
+            if rng.random() < 0.2:
+                del launch[rng.choice(sorted(launch))]
+            if launch.get("identity") == template["identity"] and not launch.get("preloads"):
+                launch["identity"]["gid"] = -1  # a change that changed nothing: refused anyway
+            yield frame(json.dumps(launch, default=str).encode(errors="surrogateescape")), True
+
+
+@pytest.mark.slow
+def test_the_warm_interpreter_survives_ten_thousand_hostile_frames(own_warm, tmp_path):
+    path = str(Path(own_warm["PYINIT_WARM_DIR"]) / "warm.sock")
+    template = launch_template(own_warm)
+    served_before = serves(own_warm)
+    with open(os.devnull, "rb") as null:
+        fds = [null.fileno()] * 3
+        for packet, with_fds in itertools.islice(mutations(template, seed=37), 10_000):
+            answer = ask(path, packet, fds if with_fds else [])
+            assert answer is None or answer.get("ok") is False, (packet[:200], answer)
+    after = serves(own_warm)
+    assert after["pid"] == served_before["pid"] and after["launches"] == 0
+    result = run(own_warm, tmp_path)  # a real launch is still served, warm
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert warm_event(tmp_path)["used"] is True
+
+
+def test_an_unusable_socket_folder_says_so_and_the_script_runs_cold(tmp_path):
+    script = tmp_path / "ok.py"
+    script.write_text("print('the script ran')\n")
+    deep = tmp_path / ("d" * 120)  # warm.sock under it is longer than AF_UNIX allows
+    deep.mkdir(mode=0o700)
+    for folder, said in ((str(deep), "warm.sock: connect: AF_UNIX path too long"),
+                         ("relative/folder", "PYINIT_WARM_DIR='relative/folder' is not an "
+                          "absolute path")):  # fmt: skip
+        env = folder_env(Path(folder))
+        result = subprocess.run([PYINIT, "run", "--run-dir", str(tmp_path / "run"), "--",
+                                 str(script)], env=env, cwd=tmp_path, capture_output=True,
+                                text=True, timeout=240)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert "the script ran" in result.stdout
+        assert "pyinit run: starting cold: " in result.stderr and said in result.stderr
+        status = subprocess.run([PYINIT, "warm", "status"], env=env, capture_output=True,
+                                text=True, timeout=60)  # fmt: skip
+        assert status.returncode == (1 if folder == str(deep) else 2)
+        assert status.stderr.count("\n") == 1 and said in status.stderr
+        assert "Traceback" not in result.stderr + status.stderr
+
+
+def test_a_run_from_a_removed_working_folder_is_one_line(tmp_path):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    line = f"cd {gone} && rmdir {gone} && exec {PYINIT} run -- x.py"
+    result = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=120,
+                            env=dict(os.environ, PWD=str(gone)))  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr == (f"pyinit: {gone}: the working folder was removed after this shell "
+                             "entered it: cd to a folder that exists\n")  # fmt: skip

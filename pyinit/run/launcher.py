@@ -45,8 +45,7 @@ from pyinit.run.store import Store
 from pyinit.run.warm import client, protocol
 
 # What the core's supervisor takes: the signals it forwards, and SIGCHLD.
-SUPERVISED = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
-              signal.SIGQUIT, signal.SIGWINCH, signal.SIGCHLD}  # fmt: skip
+SUPERVISED = {*protocol.FORWARDED, signal.SIGCHLD}
 # torchrun gives its workers 30 s after a TERM before it KILLs them; wait past that.
 TORCHRUN_GRACE_S = 30.0
 # pod-init, between pyinit run and torchrun, KILLs after this; pyinit run a little later.
@@ -393,6 +392,8 @@ def _keep_warm(plan: Plan, out: IO[str]) -> None:
     except OSError as error:
         where = f"{error.filename}: " if error.filename else ""
         print(f"pyinit run: --keep-warm: {where}{error.strerror or error}", file=out)
+    except ValueError as error:
+        print(f"pyinit run: --keep-warm: {error}", file=out)
 
 
 def conclude(plan: Plan, outcome: Outcome, out: IO[str]) -> int:

@@ -50,7 +50,10 @@ def socket_path(environ: Mapping[str, str] = os.environ) -> Path | None:
 
 
 def connect(environ: Mapping[str, str] = os.environ) -> socket.socket | None:
-    """A connection to the user's warm interpreter; None when none runs."""
+    """A connection to the user's warm interpreter; None when none runs.
+    OSError naming the socket when it cannot be used (too long a path for
+    AF_UNIX, not a socket, not ours to enter); InputError for a relative
+    PYINIT_WARM_DIR."""
     path = socket_path(environ)
     if path is None:
         return None
@@ -60,6 +63,9 @@ def connect(environ: Mapping[str, str] = os.environ) -> socket.socket | None:
     except (FileNotFoundError, ConnectionRefusedError):
         sock.close()
         return None
+    except OSError as error:
+        sock.close()
+        raise protocol.socket_error(error, "connect", path) from None
     return sock
 
 
@@ -86,8 +92,10 @@ def hand_over(args: Sequence[str], env: Mapping[str, str], preloads: Sequence[st
     this launch; None when no warm interpreter runs."""
     try:
         sock = connect(env)
-    except PermissionError as error:
+    except OSError as error:
         return f"{error.filename}: {error.strerror}"
+    except ValueError as error:
+        return str(error)
     if sock is None:
         return None
     stdio = [fd for fd in (0, 1, 2) if _is_open(fd)]

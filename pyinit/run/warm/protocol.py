@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pyinit.errors import InputError
+
 FOLDER_ENV = "PYINIT_WARM_DIR"  # another folder than the user's default
 SOCKET_NAME = "warm.sock"
 LOG_NAME = "warm.log"
@@ -26,6 +28,9 @@ MAX_MESSAGE = 16 << 20  # an environment and argv fit many times over
 HEADER = struct.Struct("<I")
 MAX_FDS = 8
 DEFAULT_IDLE_TIMEOUT_S = 1800.0
+# The signals pyinit run forwards to its agent, warm or cold.
+FORWARDED = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
+                       signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH})  # fmt: skip
 
 # Read by libraries as they load (C code's getenv: the OpenMP and BLAS runtimes,
 # the dynamic loader) or by the interpreter as it starts: the warm interpreter's
@@ -48,9 +53,16 @@ def import_time(name: str) -> bool:
 
 def folder(environ: Mapping[str, str] = os.environ) -> Path:
     """The user's folder for the socket: PYINIT_WARM_DIR, else
-    $XDG_RUNTIME_DIR/pyinit (systemd's per-user tmpfs), else /tmp/pyinit-UID."""
+    $XDG_RUNTIME_DIR/pyinit (systemd's per-user tmpfs), else /tmp/pyinit-UID.
+    InputError for a relative PYINIT_WARM_DIR: each command would take it
+    from the folder it runs in, and a warm interpreter started in one would
+    be invisible from another."""
     if environ.get(FOLDER_ENV):
-        return Path(environ[FOLDER_ENV])
+        chosen = environ[FOLDER_ENV]
+        if not os.path.isabs(chosen):
+            raise InputError(f"{FOLDER_ENV}={chosen!r} is not an absolute path (a folder "
+                             "for every command, wherever it runs)")  # fmt: skip
+        return Path(chosen)
     runtime = environ.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isdir(runtime):
         return Path(runtime, "pyinit")
@@ -79,6 +91,13 @@ def checked_folder(path: Path, create: bool) -> Path | None:
         return path
     raise PermissionError(errno.EACCES, f"the warm interpreter's folder is refused: {why}",
                           str(path))  # fmt: skip
+
+
+def socket_error(error: OSError, operation: str, path: Path) -> OSError:
+    """`error` from binding or connecting at `path`, naming it (Python's own
+    check of an AF_UNIX path's length gives no errno: ENAMETOOLONG then)."""
+    number = error.errno or errno.ENAMETOOLONG
+    return OSError(number, f"{operation}: {error.strerror or error}", str(path))
 
 
 def send(sock: socket.socket, message: Mapping[str, Any], fds: Sequence[int] = ()) -> None:
@@ -117,10 +136,19 @@ def receive(sock: socket.socket, max_fds: int = 0) -> tuple[dict[str, Any] | Non
         if not chunk:
             raise ValueError("the message was cut short")
         body += chunk
-    message = json.loads(body)
+    return decode(body), fds
+
+
+def decode(body: bytes | bytearray) -> dict[str, Any]:
+    """A message's JSON object; ValueError for anything else, however it is
+    malformed (nesting deep enough to exhaust the interpreter's stack too)."""
+    try:
+        message = json.loads(body)
+    except RecursionError:
+        raise ValueError("malformed JSON: nested too deeply") from None
     if not isinstance(message, dict):
         raise ValueError("a message must be a JSON object")
-    return message, fds
+    return message
 
 
 def peer_uid(sock: socket.socket) -> int:
@@ -205,10 +233,12 @@ class Identity:
             return "another sys.path (" + _first_difference(launch.get("sys_path"),
                                                             self.sys_path) + ")"  # fmt: skip
         for key, what in SHARED.items():
-            if launch.get(key) != getattr(self, key):
-                if key == "namespaces":
-                    ns = next(n for n in NAMESPACES if launch[key].get(n) != self.namespaces[n])
-                    what = f"{ns} namespace"
+            theirs = launch.get(key)
+            if theirs != getattr(self, key):
+                if key == "namespaces" and isinstance(theirs, dict):
+                    # A name of no namespace this interpreter knows differs too.
+                    ns = [n for n in NAMESPACES if theirs.get(n) != self.namespaces[n]]
+                    what = f"{ns[0]} namespace" if ns else "set of namespaces"
                 return f"another {what} here than the warm interpreter's"
         names = set(self.import_env) | {k for k in environ if import_time(k)} | read_at_import
         for name in sorted(names):

@@ -7,14 +7,9 @@ Three processes per launch, each with one job (the keeper and its agent
 forked ahead, a spare pair waiting for the next launch):
 
 - the warm interpreter accepts, checks the peer's uid before reading
-  anything, compares the launch with itself, and forks;
-- the keeper (one per launch, a subreaper) forks the agent with the caller's
-  descriptors, environment, folder, umask, limits and affinity, relays the
-  caller's signals to it and its exit status back, and KILLs everything the
-  launch left when the caller goes away (even by kill -9: its socket closes)
-  or the warm interpreter dies;
-- the agent runs ``pyinit.run.agent.main``, as ``python -m pyinit.run.agent``
-  would, with the imports done.
+  anything, reads every peer's request as it comes (``intake``: none waits
+  behind another), compares a launch with itself, and hands it to the spare;
+- the keeper and the agent (``keeper``) run the launch.
 
 Its own lines go to ``warm.log`` beside the socket.
 """
@@ -22,7 +17,6 @@ Its own lines go to ``warm.log`` beside the socket.
 from __future__ import annotations
 
 import argparse
-import atexit
 import contextlib
 import errno
 import os
@@ -32,19 +26,15 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
-from pyinit import _native
 from pyinit.run.events import boottime, process_start
 from pyinit.run.preload import DEFAULT_PRELOADS, PreloadError, fork_unsafe, import_all, parse
 from pyinit.run.warm import protocol
-
-# What the warm interpreter and each keeper wait for besides their sockets.
-WAITED = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-READ_TIMEOUT_S = 10.0  # a peer of the same user that connects and says nothing
+from pyinit.run.warm.intake import REPLY_TIMEOUT_S, Intake
+from pyinit.run.warm.keeper import WAITED, keep, reaped
 
 
 def say(line: str) -> None:
@@ -152,7 +142,7 @@ def bind(path: Path) -> socket.socket:
     except OSError as error:
         if error.errno != errno.EADDRINUSE:
             listener.close()
-            raise
+            raise protocol.socket_error(error, "bind", path) from None
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             probe.connect(str(path))
@@ -169,40 +159,76 @@ def bind(path: Path) -> socket.socket:
     return listener
 
 
+@dataclass
+class Channels:
+    """What the warm interpreter's loop waits on; a fork closes its copies."""
+
+    listener: socket.socket
+    wakeup: protocol.Wakeup
+    intake: Intake
+
+    def close_in_fork(self) -> None:
+        self.listener.close()
+        self.wakeup.close()
+        self.intake.close()
+
+
 def serve(warm: Warm, listener: socket.socket, path: Path) -> None:
     """Accepts until stopped or idle for the idle timeout."""
-    wakeup = protocol.Wakeup(WAITED)
-    warm.spare = fork_spare(warm, listener, wakeup)
+    listener.setblocking(False)
+    channels = Channels(listener, protocol.Wakeup(WAITED), Intake(say))
+    warm.spare = fork_spare(warm, channels)
     last = time.monotonic()
     stopping = False
     while True:
-        timeout = None
-        if warm.idle_timeout > 0 and not warm.keepers and not stopping:
+        timeout = channels.intake.timeout()
+        if warm.idle_timeout > 0 and not warm.keepers and not channels.intake.pending \
+                and not stopping:  # fmt: skip
             timeout = max(0.0, last + warm.idle_timeout - time.monotonic())
             if timeout == 0:
                 say(f"idle for {warm.idle_timeout:g} s (--idle-timeout): ending")
                 return
-        sockets = [wakeup.read_fd] if stopping else [listener, wakeup.read_fd]
-        ready, _, _ = select.select(sockets, [], [], timeout)
-        for sig in wakeup.signals():
+        watched = [channels.wakeup.read_fd]
+        if not stopping:
+            watched += [listener.fileno(), *channels.intake.fds()]
+        ready = _poll(watched, timeout)
+        for sig in channels.wakeup.signals():
             if sig == signal.SIGCHLD:
                 _reap(warm)
                 last = time.monotonic()
             elif not stopping:
                 stopping = True
                 say(f"{signal.Signals(sig).name}: no more launches")
-        if listener in ready and not stopping:
-            stopping = _accept(warm, listener, wakeup)
-            last = time.monotonic()
+        if not stopping:
+            if listener.fileno() in ready:
+                _accept_all(channels)
+            for conn, request, fds in channels.intake.read(ready):
+                last = time.monotonic()
+                with conn:
+                    try:
+                        stopping = _answer(warm, channels, conn, request, fds) or stopping
+                    finally:
+                        for fd in fds:
+                            os.close(fd)
         if stopping:
             _unlink_if_ours(path, listener)
+            channels.intake.close()
             listener.close()
             if warm.spare is not None:
                 warm.spare.channel.close()  # it ends; reaped as it does
             if not warm.keepers:
                 return
         elif warm.spare is None:
-            warm.spare = fork_spare(warm, listener, wakeup)
+            warm.spare = fork_spare(warm, channels)
+
+
+def _poll(fds: list[int], timeout: float | None) -> set[int]:
+    """The descriptors of `fds` that are readable or closed (poll: no limit
+    on descriptor numbers, and no descriptor of its own for a fork to inherit)."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    return {fd for fd, _events in poller.poll(None if timeout is None else timeout * 1000)}
 
 
 def _unlink_if_ours(path: Path, listener: socket.socket) -> None:
@@ -212,64 +238,61 @@ def _unlink_if_ours(path: Path, listener: socket.socket) -> None:
             path.unlink()
 
 
-def _reaped() -> Iterator[tuple[int, int]]:
-    """Each child that has ended, reaped as it is yielded (pid, wait status)."""
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        yield pid, status
-
-
 def _reap(warm: Warm) -> None:
-    for pid, _ in _reaped():
+    for pid, _ in reaped():
         warm.keepers.discard(pid)
         if warm.spare is not None and warm.spare.pid == pid:  # it died waiting
             warm.spare.channel.close()
             warm.spare = None
 
 
-def _accept(warm: Warm, listener: socket.socket, wakeup: protocol.Wakeup) -> bool:
-    """One connection: refused unless it is this user's; a launch forks a
-    keeper. True when it asked the warm interpreter to stop."""
-    conn, _ = listener.accept()
-    with conn:
+def _accept_all(channels: Channels) -> None:
+    """Every connection waiting, refused unless it is this user's (before a
+    byte is read), else read as its bytes come."""
+    while True:
+        try:
+            conn, _ = channels.listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as error:  # out of descriptors: the oldest peer makes room
+            say(f"a connection could not be taken: {error.strerror or error}")
+            if not channels.intake.pending:
+                return
+            channels.intake.add_room()
+            continue
         uid = protocol.peer_uid(conn)
-        if uid != os.geteuid():
-            # Before reading a byte: another user's process learns nothing but this.
-            say(f"refused a connection from uid {uid}")
-            with contextlib.suppress(OSError):
-                protocol.send(conn, {"ok": False, "reason": "refused: another user's"})
-            return False
-        conn.settimeout(READ_TIMEOUT_S)
-        try:
-            request, fds = protocol.receive(conn, protocol.MAX_FDS)
-        except (OSError, ValueError) as error:
-            say(f"a request that could not be read: {error}")
-            return False
-        try:
-            if request is None:
-                return False
-            op = request.get("op")
-            if op == "status":
-                protocol.send(conn, {"ok": True, **warm.status()})
-            elif op == "stop":
-                protocol.send(conn, {"ok": True, "pid": os.getpid(), "running": len(warm.keepers)})
-                return True
-            elif op == "launch":
-                _launch(warm, conn, request, fds, listener, wakeup)
-            else:
-                protocol.send(conn, {"ok": False, "reason": f"unknown request {op!r}"})
-        except OSError as error:
-            say(f"a client went away: {error.strerror or error}")
-        except (TypeError, ValueError, AttributeError, KeyError) as error:
-            say(f"a request of the wrong shape: {type(error).__name__}: {error}")
-        finally:
-            for fd in fds:
-                os.close(fd)
+        if uid == os.geteuid():
+            channels.intake.add(conn)
+            continue
+        # Before reading a byte: another user's process learns nothing but this.
+        say(f"refused a connection from uid {uid}")
+        with conn, contextlib.suppress(OSError):
+            conn.settimeout(REPLY_TIMEOUT_S)
+            protocol.send(conn, {"ok": False, "reason": "refused: another user's"})
+
+
+def _answer(warm: Warm, channels: Channels, conn: socket.socket, request: dict[str, Any],
+            fds: list[int]) -> bool:  # fmt: skip
+    """One whole request answered (a launch forks a keeper). True when it
+    asked the warm interpreter to stop. Whatever the request holds, a fault
+    in judging it refuses it with one line here and one to the peer."""
+    try:
+        op = request.get("op")
+        if op == "status":
+            protocol.send(conn, {"ok": True, **warm.status()})
+        elif op == "stop":
+            protocol.send(conn, {"ok": True, "pid": os.getpid(), "running": len(warm.keepers)})
+            return True
+        elif op == "launch":
+            _launch(warm, channels, conn, request, fds)
+        else:
+            protocol.send(conn, {"ok": False, "reason": f"unknown request {op!r:.60}"})
+    except OSError as error:
+        say(f"a client went away: {error.strerror or error}")
+    except Exception as error:  # an untrusted request: anything may be wrong
+        say(f"a request of the wrong shape: {type(error).__name__}: {error!s:.200}")
+        with contextlib.suppress(OSError):
+            protocol.send(conn, {"ok": False, "reason": "a malformed request"})
     return False
 
 
@@ -292,8 +315,8 @@ def launch_problem(request: dict[str, Any], fds: list[int]) -> str:
     return ""
 
 
-def _launch(warm: Warm, conn: socket.socket, request: dict[str, Any], fds: list[int],
-            listener: socket.socket, wakeup: protocol.Wakeup) -> None:  # fmt: skip
+def _launch(warm: Warm, channels: Channels, conn: socket.socket, request: dict[str, Any],
+            fds: list[int]) -> None:  # fmt: skip
     """Hands a launch that matches to the spare keeper, which runs it."""
     why = launch_problem(request, fds)
     if why:
@@ -303,7 +326,7 @@ def _launch(warm: Warm, conn: socket.socket, request: dict[str, Any], fds: list[
     if why:
         protocol.send(conn, {"ok": False, "reason": why})
         return
-    spare = warm.spare or fork_spare(warm, listener, wakeup)
+    spare = warm.spare or fork_spare(warm, channels)
     warm.spare = None
     protocol.send(spare.channel, request, [conn.fileno(), *fds])
     spare.channel.close()
@@ -321,198 +344,20 @@ class Spare:
     channel: socket.socket  # the warm interpreter's end; closed: the spare ends
 
 
-def fork_spare(warm: Warm, listener: socket.socket, wakeup: protocol.Wakeup) -> Spare:
+def fork_spare(warm: Warm, channels: Channels) -> Spare:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     server = os.getpid()
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
-            listener.close()
-            wakeup.close()
+            channels.close_in_fork()
             ours.close()
             code = keep(theirs, server, warm.set_by_import, warm.imported)
         finally:
             os._exit(code)
     theirs.close()
     return Spare(pid, ours)
-
-
-def keep(channel: socket.socket, server: int, set_by_import: dict[str, str],
-         imported: tuple[float, float]) -> int:  # fmt: skip
-    """The keeper of one launch (see the module's docstring): forks its
-    agent at once, then waits for the launch on `channel`."""
-    _native.become_subreaper()
-    # The warm interpreter's end ends the run: TERM lets this keeper say so first.
-    _native.die_with_parent(signal.SIGTERM, server)
-    wakeup = protocol.Wakeup(WAITED)
-    to_agent, agent_side = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    agent = os.fork()
-    if agent == 0:
-        wakeup.close()
-        channel.close()
-        to_agent.close()
-        become_agent(agent_side, os.getppid())
-    agent_side.close()
-    try:
-        request, fds = protocol.receive(channel, protocol.MAX_FDS + 1)
-    except (OSError, ValueError):
-        request, fds = None, []
-    channel.close()
-    if request is None:  # the warm interpreter stopped, or died: so does its spare
-        _native.end_children(0)
-        return 0
-    conn = socket.socket(fileno=fds[0])
-    # What the imports set in the environment, they would have set in a fresh start.
-    request["env"] = {**set_by_import, **request["env"]}
-    forked_at = boottime()
-    protocol.send(to_agent, request, fds[1:])
-    for fd in fds[1:]:
-        os.close(fd)
-    to_agent.close()
-    protocol.send(conn, {"ok": True, "pid": agent, "forked_at": forked_at, "warm_pid": server,
-                         "imported": list(imported)})  # fmt: skip
-    return relay(conn, agent, server, wakeup)
-
-
-def relay(conn: socket.socket, agent: int, server: int, wakeup: protocol.Wakeup) -> int:
-    """The caller's signals to the agent, the agent's status to the caller;
-    everything of the launch KILLed when either side goes away first."""
-    while True:
-        ready, _, _ = select.select([conn, wakeup.read_fd], [], [])
-        for sig in wakeup.signals():
-            if sig == signal.SIGCHLD:
-                code = _agent_status(agent)
-                if code is not None:
-                    survivors = _native.end_children(0)
-                    protocol.send(conn, {"exit": code, "survivors": survivors})
-                    return 0
-            else:  # the warm interpreter died (the death signal), or a TERM for us
-                _native.end_children(0)
-                with contextlib.suppress(OSError):
-                    protocol.send(conn, {"ended": f"the warm interpreter (pid {server}) "
-                                                  "ended during the run"})  # fmt: skip
-                return 1
-        if conn in ready:
-            try:
-                message, _ = protocol.receive(conn)
-            except (OSError, ValueError):
-                message = None
-            if message is None:  # pyinit run is gone: nothing of its launch outlives it
-                _native.end_children(0)
-                return 1
-            if "signal" in message:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(agent, int(message["signal"]))
-            elif message.get("kill"):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(agent, signal.SIGKILL)
-
-
-def _agent_status(agent: int) -> int | None:
-    """The agent's exit status once it has ended (a shell's: 128+N for
-    signal N); other children (orphans re-parented here) are reaped."""
-    for pid, status in _reaped():
-        if pid == agent:
-            code = os.waitstatus_to_exitcode(status)
-            return 128 - code if code < 0 else code
-    return None
-
-
-def become_agent(channel: socket.socket, keeper: int) -> NoReturn:
-    """In the keeper's fork: waits for the launch, takes on the caller's
-    process as far as a fork can, then runs torchrun's agent. Never returns."""
-    code = 1
-    try:
-        _native.die_with_parent(signal.SIGKILL, keeper)
-        request, fds = protocol.receive(channel, protocol.MAX_FDS)
-        started = boottime()
-        channel.close()
-        if request is None:
-            _exit(0)
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        for sig in WAITED:
-            signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        stdio, store_fd = fds[:3], fds[3] if len(fds) > 3 else None
-        for number, fd in enumerate(stdio):
-            os.dup2(fd, number)
-            os.close(fd)
-        env = dict(request["env"])
-        if store_fd is not None:
-            os.set_inheritable(store_fd, True)
-            env[request["store_env"]] = str(store_fd)
-        os.environ.clear()
-        os.environ.update(env)
-        os.chdir(request["cwd"])
-        os.umask(int(request["umask"]))
-        for name, (soft, hard) in request.get("limits", {}).items():
-            resource.setrlimit(getattr(resource, name), (soft, hard))
-        if request.get("affinity"):
-            os.sched_setaffinity(0, request["affinity"])
-        _reopen_stdio()
-        from pyinit.run import agent
-
-        sys.argv = [agent.__file__, *request["args"]]
-        code = _run(lambda: agent.main(list(request["args"]), started=started))
-    except BaseException:  # the caller must get a status, whatever this was
-        with contextlib.suppress(BaseException):
-            sys.excepthook(*sys.exc_info())
-    finally:
-        _exit(code)
-
-
-def _run(main: Any) -> int:
-    """main() with the exit status Python's own start gives it."""
-    try:
-        main()
-    except SystemExit as done:
-        if done.code is None:
-            return 0
-        if isinstance(done.code, int):
-            return done.code
-        print(done.code, file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        # As the interpreter does: end by SIGINT itself, for the shell's 130.
-        _flush()
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-    except BaseException:
-        sys.excepthook(*sys.exc_info())
-        return 1
-    return 0
-
-
-def _flush() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-
-
-def _exit(code: int) -> NoReturn:
-    """The interpreter's own end (atexit, flushed streams) without unwinding
-    into the warm interpreter's frames."""
-    with contextlib.suppress(BaseException):
-        atexit._run_exitfuncs()
-    _flush()
-    os._exit(code)
-
-
-def _reopen_stdio() -> None:
-    """sys.stdin/stdout/stderr anew on the caller's descriptors: the warm
-    interpreter made its own for its log, block-buffered; a terminal is
-    line-buffered, as a fresh start would make it."""
-    for number, name in enumerate(("stdin", "stdout", "stderr")):
-        old = getattr(sys, name)
-        mode = "r" if number == 0 else "w"
-        stream = open(number, mode, closefd=False, encoding=old.encoding,  # noqa: SIM115
-                      errors=old.errors)  # fmt: skip
-        if number:
-            stream.reconfigure(line_buffering=number == 2 or os.isatty(number),
-                               write_through=bool(os.environ.get("PYTHONUNBUFFERED")))  # fmt: skip
-        setattr(sys, name, stream)
-        setattr(sys, f"__{name}__", stream)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -539,6 +384,9 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{error.filename}: " if error.filename else ""
         tell(f"error {where}{error.strerror or error}")
         return 1
+    except ValueError as error:
+        tell(f"error {error}")
+        return 2
     tell("bound")
     try:
         # Bound first: a run that comes while these import waits for them.
