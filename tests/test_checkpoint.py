@@ -596,6 +596,30 @@ def test_a_pretrained_folder_or_its_index_loads_whole_or_by_keys(folder, small_b
         checkpoint.load(empty)
 
 
+def test_an_index_that_names_a_tensor_no_shard_holds_is_refused_by_name(folder):
+    pytest.importorskip("safetensors.torch", reason="the test extra installs it")
+    from pyinit import checkpoint
+    from pyinit.errors import InputError
+
+    tensors = every_dtype()
+    index = write_pretrained(folder, tensors)
+    document = json.loads(index.read_text())
+    first = sorted(document["weight_map"].items())[0][1]
+    # One file spelt two ways is one file.
+    document["weight_map"] = {k: f"./{v}" if k == "big" else v
+                              for k, v in document["weight_map"].items()}  # fmt: skip
+    index.write_text(json.dumps(document))
+    assert bit_equal(tensors, checkpoint.load(index))
+    for extra in ({"ghost": first}, {f"ghost{i:06d}": first for i in range(200_000)}):
+        index.write_text(json.dumps({"weight_map": {**document["weight_map"], **extra}}))
+        with pytest.raises(InputError) as error:
+            checkpoint.load(index)
+        assert error.value.file == str(index)
+        assert f"tensor 'ghost{'' if len(extra) == 1 else '000000'}': the index puts it in " \
+               f"{folder / first}, which does not hold it" in str(error.value)  # fmt: skip
+        assert len(extra) == 1 or "(and 199999 more)" in str(error.value)
+
+
 SAVE_FOREVER = """
 import sys, torch
 from pyinit import checkpoint

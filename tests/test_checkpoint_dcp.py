@@ -5,6 +5,7 @@ killed at any point (one process, and one rank of two)."""
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import random
@@ -64,7 +65,7 @@ def same(a, b) -> bool:
 def test_our_writer_and_dcps_reader_and_the_reverse(folder):
     ours, theirs = folder / "ours", folder / "theirs"
     dcp.save(state(), storage_writer=DirectStorageWriter(ours))
-    assert sorted(os.listdir(ours)) == [".crc32c", ".metadata", "__0_0.distcp"]
+    assert sorted(os.listdir(ours)) == [".metadata", "__0_0.distcp"]
     assert sorted(os.listdir(folder)) == ["ours"]  # the staging folder became it
     for reader in (DirectStorageReader(ours), FileSystemReader(ours)):
         loaded = blank()
@@ -115,7 +116,8 @@ def test_a_damaged_item_is_named_and_a_missing_checkpoint_is_one_line(folder):
     path = folder / "ckpt"
     dcp.save(state(), storage_writer=DirectStorageWriter(path))
     metadata = pickle.loads((path / ".metadata").read_bytes())
-    where = next(info for index, info in metadata.storage_data.items() if index.fqn == "model.w")
+    where = next(info for index, info in metadata.storage_data.items()
+                 if getattr(index, "fqn", None) == "model.w")  # fmt: skip
     data = path / where.relative_path
     with open(data, "r+b") as f:
         f.seek(where.offset + where.length - 100)  # inside the tensor's bytes
@@ -158,6 +160,61 @@ def test_a_reader_named_before_its_checkpoint_was_replaced_reads_the_new_one(fol
     loaded = blank()
     dcp.load(loaded, storage_reader=reader)  # a second load through the same reader
     assert same(loaded, state(2))
+
+
+class RunsCode:
+    """A pickle that runs a command as it is loaded."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_metadata_pickle_that_would_run_code_is_refused_unrun(folder):
+    path = folder / "ckpt"
+    dcp.save(state(), storage_writer=DirectStorageWriter(path))
+    marker = folder / "ran"
+    metadata = pickle.loads((path / ".metadata").read_bytes())
+    metadata.planner_data = RunsCode(marker)  # inside a well-formed metadata, too
+    for payload in (RunsCode(marker), metadata):
+        (path / ".metadata").write_bytes(pickle.dumps(payload))
+        with pytest.raises(InputError, match=r"names posix\.system, which DCP's metadata is not "
+                           "made of: refused, never run") as raised:  # fmt: skip
+            DirectStorageReader(path)
+        assert raised.value.file == str(path / ".metadata")
+        assert not marker.exists()
+
+
+def rewrite_crcs(path: Path, change) -> None:
+    """The checkpoint's metadata with its CRC table changed by `change`."""
+    metadata = pickle.loads((path / ".metadata").read_bytes())
+    change(metadata.storage_data)
+    (path / ".metadata").write_bytes(pickle.dumps(metadata))
+
+
+def test_crcs_are_recorded_in_the_metadata_and_cannot_be_switched_off(folder):
+    path = folder / "ckpt"
+    dcp.save(state(), storage_writer=DirectStorageWriter(path))
+    storage = pickle.loads((path / ".metadata").read_bytes()).storage_data
+    table = storage["pyinit.crc32c"]
+    assert len(table) == len(storage) - 1 >= 5  # every item has one
+    assert not (path / ".crc32c").exists()  # no file beside it to delete
+    # A table that lacks items is damage, not "unchecked".
+    rewrite_crcs(path, lambda storage: storage["pyinit.crc32c"].clear())
+    error = load_failure(path)
+    assert isinstance(error, ChecksumMismatch) and "has no CRC-32C recorded" in str(error)
+    # The first version's .crc32c beside the metadata is still checked, and
+    # one that lacks items is damage too.
+    rewrite_crcs(path, lambda storage: storage.pop("pyinit.crc32c"))
+    (path / ".crc32c").write_text(json.dumps(dict(list(table.items())[:1])))
+    error = load_failure(path)
+    assert isinstance(error, ChecksumMismatch) and "has no CRC-32C recorded" in str(error)
+    (path / ".crc32c").write_text(json.dumps(table))
+    loaded = blank()
+    dcp.load(loaded, storage_reader=DirectStorageReader(path))
+    assert same(loaded, state())
 
 
 def load_failure(path: Path) -> BaseException:
@@ -353,5 +410,5 @@ def test_fsdp2_ddp_and_dtensor_state_on_two_gloo_ranks(folder):
     torch.manual_seed(7)
     assert torch.equal(whole["x"], torch.randn(64, 48))
     names = sorted(os.listdir(folder / "fsdp"))
-    assert names == [".crc32c", ".metadata", "__0_0.distcp", "__1_0.distcp"]
+    assert names == [".metadata", "__0_0.distcp", "__1_0.distcp"]
     assert not [n for n in os.listdir(folder) if n.endswith(".saving")]

@@ -229,10 +229,12 @@ def _index_files(index: str) -> tuple[list[str], dict[str, str]]:
     ):
         raise InputError("no weight_map of tensor names to file names", file=index)
     folder = os.path.dirname(index)
-    for name in set(weight_map.values()):
-        if os.path.isabs(name) or ".." in name.split("/"):
+    # One file however it is spelt ("s1.safetensors", "./s1.safetensors").
+    files = {name: os.path.normpath(name) for name in set(weight_map.values())}
+    for name, plain in files.items():
+        if os.path.isabs(plain) or plain.split("/")[0] == "..":
             raise InputError(f"weight_map names {name!r}, outside the index's folder", file=index)
-    holder = {key: os.path.join(folder, name) for key, name in weight_map.items()}
+    holder = {key: os.path.join(folder, files[name]) for key, name in weight_map.items()}
     return sorted(set(holder.values())), holder
 
 
@@ -324,10 +326,14 @@ def _load(target: str, devices: Devices, verify: bool, queue_depth: int,
                 raise InputError(f"tensor {entry.name!r}: the index puts it in "
                                  f"{holder[entry.name]}", file=path)  # fmt: skip
         layouts.append(layout)
-    if wanted is not None:
-        missing = sorted(wanted - seen.keys())
-        if missing:
-            raise InputError(f"no tensor {missing[0]!r}", file=target)
+    # Every tensor asked for, or that the index names, is somewhere.
+    missing = sorted((wanted if wanted is not None else (holder or {}).keys()) - seen.keys())
+    if missing and holder is not None:
+        more = f" (and {len(missing) - 1} more)" if missing[1:] else ""
+        raise InputError(f"tensor {missing[0]!r}: the index puts it in {holder[missing[0]]}, "
+                         f"which does not hold it{more}", file=target)  # fmt: skip
+    if missing:
+        raise InputError(f"no tensor {missing[0]!r}", file=target)
     chosen = [[e for e in layout.entries if wanted is None or e.name in wanted]
               for layout in layouts]  # fmt: skip
     places = {e.name: _device_of(devices, e.name, target) for entries in chosen for e in entries}

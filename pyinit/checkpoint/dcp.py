@@ -14,18 +14,22 @@ The folder is DCP's own layout (a ``.metadata`` pickle and one
 ``FileSystemWriter`` wrote. Resharding on load is DCP's planner, as with theirs.
 
 Publishing: the ranks write their files into ``.NAME.saving`` beside the
-target; the coordinator, once every rank's files are synced, writes the CRCs
-(``.crc32c``) and then ``.metadata`` into it, and renames the folder into
-place (or exchanges it with the previous version, which is then removed).
-A save killed at any point leaves the previous checkpoint as it was, and
-no folder under the target's name without its metadata.
+target; the coordinator, once every rank's files are synced, writes
+``.metadata`` into it, with every item's CRC-32C among its storage data,
+and renames the folder into place (or exchanges it with the previous
+version, which is then removed). A save killed at any point leaves the
+previous checkpoint as it was, and no folder under the target's name
+without its metadata.
+
+A checkpoint folder is data, never code: ``.metadata`` is unpickled with
+only the classes DCP's metadata is made of (torch's own reader would run
+whatever the pickle names).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import io
-import json
 import math
 import os
 import pickle
@@ -72,7 +76,22 @@ from pyinit.jsonfile import load_json, read_input, read_input_text
 from pyinit.phases import phase
 
 METADATA = ".metadata"  # DCP's name for it: FileSystemReader opens this
-CHECKSUMS = ".crc32c"  # ours: "FILE:OFFSET" -> the item's CRC-32C, JSON
+# Ours, in the metadata's storage data beside DCP's items (whose keys are
+# MetadataIndex: torch's readers look those up and never meet this one):
+# "FILE:OFFSET" -> the item's CRC-32C. Its presence says every item has one.
+CRC_KEY = "pyinit.crc32c"
+LEGACY_CHECKSUMS = ".crc32c"  # where the first version of this writer kept the table
+# What DCP's metadata is made of: a .metadata that names anything else is refused.
+METADATA_GLOBALS = frozenset({
+    *(("torch.distributed.checkpoint.metadata", name) for name in (
+        "Metadata", "StorageMeta", "MetadataIndex", "TensorStorageMetadata",
+        "BytesStorageMetadata", "ChunkStorageMetadata", "TensorProperties",
+        "_MEM_FORMAT_ENCODING")),
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    ("torch", "Size"), ("torch.serialization", "_get_layout"),
+    ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"),
+    ("collections", "OrderedDict"),
+})  # fmt: skip
 SUFFIX = ".distcp"
 DCP_VERSION = "1.0.0"  # the layout version FileSystemWriter writes
 COPY_AHEAD = 256 << 20  # device bytes copied to the host ahead of the writes
@@ -267,11 +286,11 @@ class DirectStorageWriter(_Folder, StorageWriter):
                 stored: _Stored = result.storage_data
                 storage[result.index] = stored.info
                 checksums[f"{stored.info.relative_path}:{stored.info.offset}"] = stored.crc
+        storage[CRC_KEY] = checksums
         metadata.storage_data = storage
         metadata.storage_meta = self.storage_meta()
         metadata.version = DCP_VERSION
         # The metadata last: a folder that has it has everything it names.
-        write_file(os.path.join(staged, CHECKSUMS), json.dumps(checksums).encode())
         write_file(os.path.join(staged, METADATA), pickle.dumps(metadata))
         if publish_directory(staged, self.path):
             shutil.rmtree(staged)  # the previous version, exchanged out
@@ -367,6 +386,19 @@ def _apply(request: ReadItem, item: memoryview, planner: LoadPlanner,
         planner.commit_tensor(request, target)
 
 
+class _MetadataUnpickler(pickle.Unpickler):
+    """Unpickles DCP's metadata and nothing else: a global outside
+    METADATA_GLOBALS (or torch's dtypes) is refused before it is touched."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in METADATA_GLOBALS or (
+            module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)
+        ):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"it names {module}.{name}, which DCP's metadata is not "
+                                     "made of: refused, never run")  # fmt: skip
+
+
 def _identity(stat: os.stat_result) -> tuple[int, ...]:
     return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
 
@@ -383,7 +415,7 @@ class DirectStorageReader(_Folder, StorageReader):
         self.queue_depth = queue_depth
         self.load_id = uuid.uuid4().hex
         self.storage_data: dict[Any, _StorageInfo] = {}
-        self.checksums: dict[str, int] = {}
+        self.checksums: dict[str, int] | None = None
         self._metadata: tuple[tuple[int, ...], Metadata] | None = None
         if self.path:
             self._metadata = self._read_metadata_file()
@@ -405,12 +437,13 @@ class DirectStorageReader(_Folder, StorageReader):
         path = os.path.join(self.path, METADATA)
         try:
             identity = _identity(os.stat(path))
-            metadata = pickle.loads(read_input(path, limit=1 << 30))
+            metadata = _MetadataUnpickler(io.BytesIO(read_input(path, limit=1 << 30))).load()
         except FileNotFoundError:
             raise FileNotFoundError(
                 2, f"no {METADATA}: not a checkpoint, or one whose save did not finish", path
             ) from None
-        except (pickle.UnpicklingError, EOFError, AttributeError, ImportError) as error:
+        except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError,
+                ValueError, IndexError, KeyError, RecursionError) as error:  # fmt: skip
             raise InputError(f"not DCP metadata ({error})", file=path) from None
         if not isinstance(metadata, Metadata):
             raise InputError(f"holds a {type(metadata).__name__}, not DCP metadata", file=path)
@@ -435,13 +468,23 @@ class DirectStorageReader(_Folder, StorageReader):
     def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any,
                               **kwargs: Any) -> None:  # fmt: skip
         self.storage_data = metadata.storage_data
-        checksums = os.path.join(self.path, CHECKSUMS)
-        self.checksums = {}
-        if os.path.exists(checksums):
-            table = load_json(read_input_text(checksums, limit=1 << 30), checksums)
-            if not isinstance(table, dict) or not all(isinstance(v, int) for v in table.values()):
-                raise InputError("not a map of items to CRC-32C values", file=checksums)
-            self.checksums = table
+        self.checksums = self._checksums(metadata)
+
+    def _checksums(self, metadata: Metadata) -> dict[str, int] | None:
+        """Every item's CRC-32C, from the metadata (this writer's), or from
+        the first version's ``.crc32c`` beside it; None when neither holds
+        one (FileSystemWriter's checkpoints: read unchecked)."""
+        storage = metadata.storage_data if isinstance(metadata.storage_data, dict) else {}
+        where = os.path.join(self.path, METADATA)
+        table = storage.get(CRC_KEY)
+        if table is None:
+            where = os.path.join(self.path, LEGACY_CHECKSUMS)
+            if not os.path.exists(where):
+                return None
+            table = load_json(read_input_text(where, limit=1 << 30), where)
+        if not isinstance(table, dict) or not all(isinstance(v, int) for v in table.values()):
+            raise InputError("not a map of items to CRC-32C values", file=where)
+        return table
 
     def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
         return plan
@@ -524,9 +567,15 @@ class DirectStorageReader(_Folder, StorageReader):
         return sum(info.length for run in runs for _, info in run.requests)
 
     def _check(self, path: str, info: _StorageInfo, request: ReadItem, item: memoryview) -> None:
+        if self.checksums is None:
+            return
         expected = self.checksums.get(f"{info.relative_path}:{info.offset}")
         if expected is None:
-            return
+            raise ChecksumMismatch(
+                f"{path}: item {request.storage_index.fqn!r} (bytes {info.offset}.."
+                f"{info.offset + info.length}) has no CRC-32C recorded, though the checkpoint "
+                "records them: its metadata is damaged"
+            )
         crc = crc32c(item)
         if crc != expected:
             raise ChecksumMismatch(
