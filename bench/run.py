@@ -17,9 +17,15 @@ A suite file is INI: a section per entry, with
   needs    what must be there, or the entry is skipped and says why: root,
            gpus:N (at least N NVIDIA GPUs), a command name, env:VARIABLE,
            python:MODULE
-  timeout  seconds (default 600)
+  timeout  seconds, a positive number (default 600)
 and an optional [suite] section whose `environment` (NAME=VALUE words) every
-entry's command gets.
+entry's command gets. An entry's name is a plain name (letters, digits, `_`,
+`-`, `.`; not `suite.json`): it names the entry's folder under DIR.
+
+An entry runs in a session of its own. When it ends, times out, or the
+driver is interrupted (INT, TERM, HUP), whatever is left in that session is
+sent TERM and, 5 s later, KILL, before its $WORK is removed: nothing of an
+entry outlives it.
 """
 
 from __future__ import annotations
@@ -28,9 +34,12 @@ import argparse
 import configparser
 import importlib.util
 import json
+import math
 import os
+import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -42,6 +51,10 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 SUITES = BENCH / "suites"
 DEFAULT_TIMEOUT = 600
+GRACE_S = 5.0  # between TERM and KILL for what an entry leaves
+ENTRY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+RESERVED_NAMES = {"suite.json"}
+NEED_KINDS = {"gpus", "env", "python"}  # NAME:VALUE needs; a plain word is root or a command
 
 
 @dataclass
@@ -72,11 +85,23 @@ def load_suite(path: Path) -> tuple[dict[str, str], list[Entry]]:
     try:
         with open(path, encoding="utf-8") as f:
             parser.read_file(f)
+    except UnicodeDecodeError as e:
+        raise SuiteError(f"{path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset "
+                         f"{e.start})") from None  # fmt: skip
+    except configparser.MissingSectionHeaderError as e:
+        raise SuiteError(f"{path}:{e.lineno}: a line before any [section] header") from None
+    except configparser.ParsingError as e:
+        line = e.errors[0][0] if e.errors else 0
+        raise SuiteError(f"{path}:{line}: not NAME = VALUE inside a [section]") from None
     except (OSError, configparser.Error) as e:
-        raise SuiteError(f"{path}: {e}") from None
+        raise SuiteError(f"{path}: {str(e).splitlines()[0]}") from None
     environment: dict[str, str] = {}
     if parser.has_section("suite"):
-        for word in shlex.split(parser.get("suite", "environment", fallback="")):
+        try:
+            words = shlex.split(parser.get("suite", "environment", fallback=""))
+        except ValueError as e:
+            raise SuiteError(f"{path}: [suite] environment: {str(e).lower()}") from None
+        for word in words:
             name, equals, value = word.partition("=")
             if not equals or not name:
                 raise SuiteError(f"{path}: [suite] environment: expected NAME=VALUE, not {word!r}")
@@ -85,15 +110,43 @@ def load_suite(path: Path) -> tuple[dict[str, str], list[Entry]]:
     for name in parser.sections():
         if name == "suite":
             continue
+        where = f"{path}: [{name}]"
+        if not ENTRY_NAME.fullmatch(name) or name in RESERVED_NAMES:
+            raise SuiteError(f"{where}: an entry's name is a plain name (letters, digits, _ - .), "
+                             "not a path: it names the entry's results folder")  # fmt: skip
         section = parser[name]
         if "run" not in section:
-            raise SuiteError(f"{path}: [{name}] has no run = COMMAND")
+            raise SuiteError(f"{where} has no run = COMMAND")
         try:
             timeout = float(section.get("timeout", DEFAULT_TIMEOUT))
         except ValueError:
-            raise SuiteError(f"{path}: [{name}] timeout: not a number of seconds") from None
-        entries.append(Entry(name, section["run"], section.get("needs", "").split(), timeout))
+            timeout = math.nan
+        if not math.isfinite(timeout) or timeout <= 0:
+            raise SuiteError(f"{where} timeout: must be a positive number of seconds, not "
+                             f"{section.get('timeout')!r}")  # fmt: skip
+        needs = section.get("needs", "").split()
+        for need in needs:
+            problem = need_problem(need)
+            if problem:
+                raise SuiteError(f"{where} needs {need!r}: {problem}")
+        entries.append(Entry(name, section["run"], needs, timeout))
     return environment, entries
+
+
+def need_problem(need: str) -> str:
+    """What is wrong with how a need is written ("" when nothing)."""
+    kind, colon, what = need.partition(":")
+    if not colon:
+        return ""  # root, or a command's name
+    if kind not in NEED_KINDS:
+        return f"unknown kind {kind!r} (gpus:N, env:VARIABLE, python:MODULE, root or a command)"
+    if kind == "gpus" and not what.isdigit():
+        return "gpus: takes a whole number"
+    if kind == "env" and not what:
+        return "env: takes a variable's name"
+    if kind == "python" and not all(part.isidentifier() for part in what.split(".")):
+        return "python: takes a module's dotted name"
+    return ""
 
 
 def gpu_count() -> int:
@@ -113,11 +166,46 @@ def missing(needs: list[str]) -> str:
             return f"needs {what} GPUs, found {gpu_count()}"
         if kind == "env" and colon and not os.environ.get(what):
             return f"needs ${what}"
-        if kind == "python" and colon and importlib.util.find_spec(what) is None:
+        if kind == "python" and colon and not module_exists(what):
             return f"needs the Python module {what}"
         if not colon and need != "root" and shutil.which(need) is None:
             return f"needs {need}"
     return ""
+
+
+def module_exists(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:  # its package is missing
+        return False
+
+
+class Interrupted(Exception):
+    """The driver got INT, TERM or HUP: the running entry is ended first."""
+
+    def __init__(self, number: int):
+        super().__init__(signal.Signals(number).name)
+        self.number = number
+
+
+def interrupted(number: int, _frame: object) -> None:
+    raise Interrupted(number)
+
+
+def end_session(session: int) -> None:
+    """Everything left in an entry's session: TERM, then KILL after GRACE_S."""
+    for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, GRACE_S)):
+        try:
+            os.killpg(session, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(session, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
 
 
 def run_entry(entry: Entry, out: Path, environment: dict[str, str]) -> Outcome:
@@ -131,16 +219,20 @@ def run_entry(entry: Entry, out: Path, environment: dict[str, str]) -> Outcome:
                                      dir="/var/tmp") as work, \
             open(folder / "log.txt", "w", encoding="utf-8") as log:  # fmt: skip
         env = {**os.environ, **environment, "OUT": str(folder), "WORK": work, "BENCH": str(BENCH)}
+        shell = subprocess.Popen(["bash", "-euo", "pipefail", "-c", entry.run], cwd=ROOT, env=env,
+                                 stdout=log, stderr=subprocess.STDOUT,
+                                 start_new_session=True)  # fmt: skip
         try:
-            done = subprocess.run(["bash", "-euo", "pipefail", "-c", entry.run], cwd=ROOT, env=env,
-                                  stdout=log, stderr=subprocess.STDOUT, timeout=entry.timeout,
-                                  start_new_session=True)  # fmt: skip
+            code = shell.wait(timeout=entry.timeout)
         except subprocess.TimeoutExpired:
             return Outcome(entry.name, "timed out", f"after {entry.timeout:g} s",
                            time.monotonic() - began)  # fmt: skip
+        finally:  # the shell's session (its pid) ends with it, whatever it left running
+            end_session(shell.pid)
+            shell.wait()
     seconds = time.monotonic() - began
-    if done.returncode != 0:
-        return Outcome(entry.name, "failed", f"exit {done.returncode}", seconds)
+    if code != 0:
+        return Outcome(entry.name, "failed", f"exit {code}", seconds)
     return Outcome(entry.name, "ok", "", seconds)
 
 
@@ -180,11 +272,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench/run.py: --out {out} is inside the checkout: results go elsewhere "
               "(the numbers worth keeping, into bench/NOTES.md)", file=sys.stderr)  # fmt: skip
         return 2
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):  # writable: a read-only --out is said up front
+            pass
+    except OSError as e:
+        print(f"bench/run.py: --out {out}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, interrupted)
     outcomes = []
     for entry in entries:
         print(f"== {entry.name}", file=sys.stderr, flush=True)
-        outcomes.append(run_entry(entry, out, environment))
+        try:
+            outcomes.append(run_entry(entry, out, environment))
+        except Interrupted as stop:
+            print(f"bench/run.py: {stop}: {entry.name} and what it started were ended",
+                  file=sys.stderr)  # fmt: skip
+            return 128 + stop.number
         log = out / entry.name / "log.txt"
         if log.exists():  # the entry's own table, where a person looks
             sys.stderr.writelines(log.read_text(errors="replace").splitlines(True)[-12:])

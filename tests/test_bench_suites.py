@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,3 +78,98 @@ def test_bad_suites_and_results_inside_the_checkout_are_one_line(tmp_path):
         assert done.returncode == 2 and message in done.stderr, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
     assert not (ROOT / "bench" / "results").exists()
+
+
+def alive(marker: str) -> list[int]:
+    """Processes whose command line holds `marker`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if marker in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(proc.name))
+            except OSError:
+                continue
+    return found
+
+
+# Each leaves something running past its shell: a pipeline, a background job
+# waited for, a child that ignores TERM (ended by the KILL after the grace).
+LEFT_RUNNING = {
+    "piped": "sleep 3021 | cat",
+    "waited": "sleep 3031 & wait",
+    "stubborn": "bash -c 'trap \"\" TERM; sleep 3041; true' & wait",
+    "plain": "sleep 3011; true",
+}
+
+
+def test_a_timed_out_entry_leaves_nothing_running(tmp_path):
+    suite = tmp_path / "mine.ini"
+    suite.write_text("".join(f"[{name}]\ntimeout = 0.5\nrun = {command}\n\n"
+                             for name, command in LEFT_RUNNING.items()))  # fmt: skip
+    done = subprocess.run([sys.executable, DRIVER, suite, "--out", tmp_path / "out"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert [alive(f"sleep {n}") for n in (3011, 3021, 3031, 3041)] == [[], [], [], []]
+
+
+def test_a_signal_to_the_driver_ends_the_running_entry_first(tmp_path):
+    suite = tmp_path / "mine.ini"
+    suite.write_text("[long]\nrun = sleep 3051 | cat\n\n[never]\nrun = touch $OUT/ran\n")
+    driver_run = subprocess.Popen([sys.executable, DRIVER, suite, "--out", tmp_path / "out"],
+                                  stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not alive("sleep 3051") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    driver_run.send_signal(signal.SIGTERM)
+    _, err = driver_run.communicate(timeout=60)
+    assert driver_run.returncode == 128 + signal.SIGTERM
+    assert "SIGTERM: long and what it started were ended" in err
+    assert alive("sleep 3051") == [] and not (tmp_path / "out" / "never").exists()
+
+
+BAD_SUITES = [
+    ("[../../x]\nrun = true\n", "[../../x]: an entry's name is a plain name"),
+    ("[/abs/path]\nrun = true\n", "[/abs/path]: an entry's name is a plain name"),
+    ("[suite.json]\nrun = true\n", "[suite.json]: an entry's name is a plain name"),
+    ("[a]\ntimeout = -1\nrun = true\n", "[a] timeout: must be a positive number of seconds"),
+    ("[a]\ntimeout = 0\nrun = true\n", "[a] timeout: must be a positive number of seconds"),
+    ("[a]\ntimeout = nan\nrun = true\n", "not 'nan'"),
+    ("[a]\nneeds = gpus:many\nrun = true\n", "needs 'gpus:many': gpus: takes a whole number"),
+    ("[a]\nneeds = gpus:\nrun = true\n", "needs 'gpus:': gpus: takes a whole number"),
+    ("[a]\nneeds = python:.foo\nrun = true\n", "python: takes a module's dotted name"),
+    ("[a]\nneeds = disk:fast\nrun = true\n", "needs 'disk:fast': unknown kind 'disk'"),
+    ("run = true\n", ":1: a line before any [section] header"),
+    ("[suite]\nenvironment = A='x\n[a]\nrun = true\n", "environment: no closing quotation"),
+]
+
+
+def test_a_bad_suite_is_one_line_and_exit_2(tmp_path):
+    for number, (text, said) in enumerate(BAD_SUITES):
+        suite = tmp_path / f"s{number}.ini"
+        suite.write_text(text)
+        done = subprocess.run([sys.executable, DRIVER, suite, "--out", tmp_path / f"out{number}"],
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, (text, done.stderr)
+        assert said in done.stderr, (text, done.stderr)
+    assert not (tmp_path / "x").exists() and not Path("/abs/path").exists()
+    binary = tmp_path / "binary.ini"
+    binary.write_bytes(b"[a]\nrun = echo \xff\n")
+    plain = tmp_path / "plain.ini"
+    plain.write_text("[a]\nneeds = python:no_such_package_here.sub\nrun = true\n")
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    for suite, out, said in (
+        (binary, tmp_path / "o1", "not UTF-8 text (byte 0xff"),
+        (plain, a_file, "--out"),
+        (plain, a_file / "under", "--out"),
+    ):
+        done = subprocess.run([sys.executable, DRIVER, suite, "--out", out], capture_output=True,
+                              text=True, timeout=60)  # fmt: skip
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert said in done.stderr
+    # A missing module, even one under a missing package, is a skip.
+    done = subprocess.run([sys.executable, DRIVER, plain, "--out", tmp_path / "o2"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "needs the Python module no_such_package_here.sub" in done.stdout
