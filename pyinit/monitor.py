@@ -88,6 +88,8 @@ class BlockStats:
                 values = [int(v) for v in stat.read_text().split()]
             except (OSError, ValueError):
                 continue
+            if len(values) < 4:  # not the kernel's layout (a stray file): no reads to count
+                continue
             reads, sectors, ms = values[0], values[2], values[3]
             last = self._last.get(name)
             self._last[name] = (now, reads, sectors, ms)

@@ -466,3 +466,14 @@ def test_a_reader_that_cannot_start_its_threads_is_an_error_not_an_abort(tmp_pat
         group.rmdir()
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"{errno.EAGAIN} ") and "pthread_create" in result.stdout
+
+
+def test_a_block_stat_of_two_fields_is_no_device_not_a_crash(tmp_path):
+    from pyinit.monitor import BlockStats
+
+    for name, text in (("sda", "1 2\n"), ("nvme0n1", "10 0 80 3 0 0 0 0 0 4 3\n")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "stat").write_text(text)
+    stats = BlockStats(str(tmp_path))
+    assert stats.read() == []  # a first reading: the baseline
+    assert [row["device"] for row in stats.read()] == ["nvme0n1"]

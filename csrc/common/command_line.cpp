@@ -68,8 +68,13 @@ std::optional<ParsedCommand> parse_command(const CommandSpec& spec,
       parsed.help = true;
       return parsed;
     }
-    if (spec.operands_after_dashes && arg == "--") {
-      parsed.operands.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
+    if (arg == "--") {  // the options end here, for every command
+      std::vector<std::string> rest(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
+      if (!spec.operands_after_dashes && *spec.operands == '\0' && !rest.empty()) {
+        *error = prefix + "unexpected argument '" + rest.front() + "'";
+        return std::nullopt;
+      }
+      parsed.operands.insert(parsed.operands.end(), rest.begin(), rest.end());
       return parsed;
     }
     const CommandOption* option = find_option(spec, arg);

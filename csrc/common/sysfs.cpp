@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
@@ -141,6 +142,9 @@ namespace {
 
 std::optional<uint64_t> parse_digits(std::string_view text, int base) {
   if (text.empty() || text.size() > 20) return std::nullopt;
+  // A digit first: strtoull would skip leading whitespace, so " 5" passed.
+  auto first = static_cast<unsigned char>(text[0]);
+  if (!(base == 16 ? std::isxdigit(first) : std::isdigit(first))) return std::nullopt;
   std::string copy(text);
   char* end = nullptr;
   errno = 0;

@@ -41,6 +41,9 @@ TEST(CommandLine, EveryValueIsCheckedAgainstTheTable) {
       {{"--out", ""}, "--out needs a DIR"},
       {{"--out"}, "--out needs a DIR"},
       {{"--bogus"}, "nccl: unknown option '--bogus'"},
+      // strtoull would skip the space: a value is the number alone.
+      {{"--channels", " 5"}, "--channels needs a whole number from 1 to 32"},
+      {{"-e", "\t5"}, "-e needs an exit status from 0 to 255"},
   };
   for (const auto& [args, message] : cases) {
     std::string error;
@@ -90,6 +93,18 @@ TEST(CommandLine, DashesEndTheSupervisorsOptions) {
   EXPECT_EQ(parsed->operands, (std::vector<std::string>{"sleep", "-v", "1"}));
   EXPECT_FALSE(parse_command(wrapper, {"sleep"}, &error));
   EXPECT_EQ(error, "unexpected argument 'sleep'");
+}
+
+TEST(CommandLine, DashesEndEveryCommandsOptions) {
+  std::string error;
+  auto parsed = parse({"--force", "--", "-x", "--out"}, &error);
+  ASSERT_TRUE(parsed) << error;
+  EXPECT_EQ(parsed->operands, (std::vector<std::string>{"-x", "--out"}));
+  EXPECT_FALSE(parsed->has("--out"));
+  CommandSpec no_operands = {"topo", "", {{"--force", nullptr, "no questions"}}, ""};
+  EXPECT_TRUE(parse_command(no_operands, {"--force", "--"}, &error));
+  EXPECT_FALSE(parse_command(no_operands, {"--", "-x"}, &error));
+  EXPECT_EQ(error, "topo: unexpected argument '-x'");
 }
 
 }  // namespace

@@ -11,6 +11,11 @@ TEST(Parse, Numbers) {
   EXPECT_FALSE(parse_hex("zzz").has_value());
   EXPECT_FALSE(parse_hex("").has_value());
   EXPECT_FALSE(parse_hex("-1").has_value());
+  // strtoull skips leading whitespace: a number never starts with it.
+  EXPECT_FALSE(parse_hex(" 10de").has_value());
+  EXPECT_FALSE(parse_int(" 5").has_value());
+  EXPECT_FALSE(parse_int("\t5").has_value());
+  EXPECT_FALSE(parse_int("- 5").has_value());
   EXPECT_EQ(parse_int("-1"), -1);
   EXPECT_EQ(parse_int("16"), 16);
   EXPECT_FALSE(parse_int("16x").has_value());
