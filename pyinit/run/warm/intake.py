@@ -116,10 +116,7 @@ class Intake:
                              "requests")  # fmt: skip
         if len(pending.data) < protocol.HEADER.size:
             return None
-        (length,) = protocol.HEADER.unpack_from(pending.data)
-        if length > protocol.MAX_MESSAGE:
-            raise ValueError(f"a message of {length} bytes (at most {protocol.MAX_MESSAGE})")
-        end = protocol.HEADER.size + length
+        end = protocol.HEADER.size + protocol.body_length(pending.data)
         if len(pending.data) < end:
             return None
         return protocol.decode(pending.data[protocol.HEADER.size : end])

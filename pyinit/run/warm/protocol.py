@@ -127,9 +127,7 @@ def receive(sock: socket.socket, max_fds: int = 0) -> tuple[dict[str, Any] | Non
                 os.close(fd)
             return None, []
         head += chunk
-    (length,) = HEADER.unpack(head)
-    if length > MAX_MESSAGE:
-        raise ValueError(f"a message of {length} bytes (at most {MAX_MESSAGE})")
+    length = body_length(head)
     body = bytearray()
     while len(body) < length:
         chunk = sock.recv(min(length - len(body), 1 << 20))
@@ -137,6 +135,15 @@ def receive(sock: socket.socket, max_fds: int = 0) -> tuple[dict[str, Any] | Non
             raise ValueError("the message was cut short")
         body += chunk
     return decode(body), fds
+
+
+def body_length(head: bytes | bytearray) -> int:
+    """The length a message's header (its first HEADER.size bytes) announces;
+    ValueError past MAX_MESSAGE."""
+    (length,) = HEADER.unpack_from(head)
+    if length > MAX_MESSAGE:
+        raise ValueError(f"a message of {length} bytes (at most {MAX_MESSAGE})")
+    return length
 
 
 def decode(body: bytes | bytearray) -> dict[str, Any]:
