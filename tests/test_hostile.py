@@ -56,6 +56,14 @@ BAD_INPUT = [
     (["pod-init", "nccl", "--sysfs-root", "{sys}", "--out", "{tmp}/out", "--hints", "{bin}"],
      BINARY, 2, "{bin}:1: "),
     (["pod-init", "modules", "--release-dir", "{tmp}", "nvme"], {}, 1, "modules.dep: read: "),
+    # A number is its digits alone (strtoull would skip the space), and -- ends
+    # every subcommand's options.
+    (["pod-init", "read", "--offset", " 5", "{bin}"], BINARY, 2, "--offset needs a byte count"),
+    (["pod-init", "-e", " 5", "--", "true"], {}, 2, "-e needs an exit status from 0 to 255"),
+    (["pod-init", "--grace", " 5", "--", "true"], {}, 2, "--grace needs"),
+    (["pod-init", "topo", "--expect-gpus", " 5"], {}, 2, "--expect-gpus needs"),
+    (["pod-init", "read", "--", "-x"], {}, 1, "pod-init: -x: open: No such file or directory"),
+    (["pod-init", "topo", "--", "-x"], {}, 2, "topo: unexpected argument '-x'"),
     (["pod-init", "params", "podinit.bogus=1"], {}, 2,
      "pod-init: argument 1: unknown parameter podinit.bogus"),
     (["pyinit", "topo", "--expect-gpus", "4294967296"], {}, 2, "must be from 0 to 4096"),
