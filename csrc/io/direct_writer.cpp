@@ -129,10 +129,7 @@ DirectWriter::DirectWriter(std::string path, uint64_t expected_size, int64_t que
       throw SysError(ENOSPC, "find room for " + std::to_string(expected_size) + " bytes for",
                      path_);
     }
-    std::string fallback;
-    backend_ = choose_backend(BackendChoice::Auto, {fd_}, depth_, nullptr, &fallback);
-    if (!fallback.empty()) note_ += std::string(note_.empty() ? "" : "; ") + fallback;
-    queue_ = std::make_unique<PieceQueue>(backend_.get(), nullptr, &names_, &counters_);
+    make_backend();
   } catch (...) {
     discard();
     throw;
@@ -145,16 +142,42 @@ void DirectWriter::check_open() const {
   if (fd_ < 0) throw InputError("", 0, "write to a closed writer (" + path_ + ")");
 }
 
-void DirectWriter::check_thread(const char* call) const {
-  if (std::this_thread::get_id() != owner_) {
+void DirectWriter::make_backend() {
+  std::string fallback;
+  backend_ = choose_backend(BackendChoice::Auto, {fd_}, depth_, nullptr, &fallback);
+  if (!fallback.empty() && note_.find(fallback) == std::string::npos)
+    note_ += std::string(note_.empty() ? "" : "; ") + fallback;
+  queue_ = std::make_unique<PieceQueue>(backend_.get(), nullptr, &names_, &counters_);
+  backend_thread_ = std::this_thread::get_id();
+}
+
+std::unique_lock<std::mutex> DirectWriter::enter(const char* call) {
+  std::unique_lock<std::mutex> hold(busy_, std::try_to_lock);
+  if (!hold.owns_lock()) {
     throw InputError(path_, 0,
                      std::string(call) +
-                         " from another thread: a DirectWriter belongs to the thread that made it");
+                         " while another thread is in a call: a DirectWriter is used by one "
+                         "thread at a time");
   }
+  if (backend_ && backend_->single_thread() && backend_thread_ != std::this_thread::get_id()) {
+    if (!in_flight_.empty()) {
+      throw InputError(path_, 0,
+                       std::string(call) + " from another thread while " +
+                           std::to_string(in_flight_.size()) +
+                           " writes of the thread that issued them are in flight (a ring "
+                           "takes one submitter): hand a DirectWriter to another thread before "
+                           "it has written its first MiB");
+    }
+    // Nothing in flight: the old ring goes, and this thread gets its own.
+    queue_.reset();
+    backend_.reset();
+    make_backend();
+  }
+  return hold;
 }
 
 uint32_t DirectWriter::write(const uint8_t* data, size_t length) {
-  check_thread("write");
+  auto hold = enter("write");
   check_open();
   uint32_t crc = 0;
   const size_t total = length;
@@ -187,7 +210,7 @@ uint32_t DirectWriter::write(const uint8_t* data, size_t length) {
 }
 
 void DirectWriter::write_head(const uint8_t* data, size_t length) {
-  check_thread("write_head");
+  auto hold = enter("write_head");
   check_open();
   if (head_bytes_ == 0 || head_written_) {
     throw InputError(path_, 0,
@@ -243,7 +266,7 @@ void DirectWriter::submit_block(OwnedBlock block, uint64_t offset, size_t padded
 }
 
 uint32_t DirectWriter::commit() {
-  check_thread("commit");
+  auto hold = enter("commit");
   check_open();
   if (head_bytes_ > 0 && !head_written_) {
     throw InputError(path_, 0, "commit before write_head: the reserved head would be zeros");
@@ -288,7 +311,7 @@ uint32_t DirectWriter::commit() {
 }
 
 void DirectWriter::abort() {
-  check_thread("abort");
+  auto hold = enter("abort");
   discard();
 }
 

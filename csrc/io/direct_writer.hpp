@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -44,9 +45,12 @@ class DirectWriter {
   DirectWriter(const DirectWriter&) = delete;
   DirectWriter& operator=(const DirectWriter&) = delete;
 
-  // A writer belongs to the thread that made it: its staging blocks and ring
-  // are that thread's (an io_uring ring takes one submitter), so write,
-  // commit and abort from any other thread are refused with InputError.
+  // One thread at a time: a call while another thread is inside one is
+  // refused with InputError. A writer may change threads (made in one, used
+  // in another): the new thread gets a ring of its own, since a ring takes
+  // one submitter, while none of the last thread's writes is in flight (the
+  // first kChunk bytes are staged, not yet written); a call from another
+  // thread while some are is refused too.
   // Appends; returns the CRC-32C of these bytes alone.
   uint32_t write(const uint8_t* data, size_t length);
   // The reserved head, exactly head_bytes of it, once, before commit.
@@ -78,7 +82,10 @@ class DirectWriter {
   // when every one is in flight.
   void submit_block(OwnedBlock block, uint64_t offset, size_t padded);
   void check_open() const;
-  void check_thread(const char* call) const;
+  // The call's hold on the writer: refused while another thread holds it, or
+  // while another thread's writes are in flight on a ring of that thread's.
+  std::unique_lock<std::mutex> enter(const char* call);
+  void make_backend();
   // What abort() and the destructor do; never throws.
   void discard() noexcept;
 
@@ -105,7 +112,8 @@ class DirectWriter {
   size_t current_fill_ = 0;
   unsigned depth_;
   IoCounters counters_;
-  const std::thread::id owner_ = std::this_thread::get_id();
+  std::mutex busy_;                 // held for each call
+  std::thread::id backend_thread_;  // the thread the ring was made in
 };
 
 }  // namespace pod_init
