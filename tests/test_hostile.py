@@ -197,6 +197,11 @@ BAD_INPUT = [
      '"end": 2}'), 2, "{tmp}/events.jsonl:2: start must be a finite number of seconds, not '1'"),
     (["pyinit", "timeline", "{tmp}"], events('{"event": "phase", "name": "x", "start": 1e999, '
      '"end": 2}'), 2, "start must be a finite number of seconds, not inf"),
+    # A clock's nonsense (a phase from a billion seconds before power-on): the
+    # bars are clipped to the axis, not drawn a billion seconds long.
+    (["pyinit", "timeline", "{tmp}"], events(
+        '{"event": "phase", "name": "kernel", "start": -1e9, "end": 2}',
+        '{"event": "phase", "name": "supervisor start", "start": 2, "end": 3}'), 0, ""),
     (["pyinit", "report", "{tmp}"], events('{"event": "phase", "name": "x", "start": 1, '
      '"end": 2, "rank": [0]}'), 2, "{tmp}/events.jsonl:2: rank must be a whole number"),
     (["pyinit", "report", "{tmp}"], events('{"event": "end", "status": 0}'), 2,

@@ -290,10 +290,17 @@ def resume_line(resume: dict) -> str:
 
 
 def _bar(start: float, seconds: float, span: float) -> str:
-    """The phase's place on the common axis, `BAR_WIDTH` characters for `span`."""
+    """The phase's place on the common axis, `BAR_WIDTH` characters for `span`
+    from the origin, clipped to it: a phase a broken clock put before the
+    origin or far past it is drawn at the edge, never as a bar the size of
+    its nonsense."""
     scale = BAR_WIDTH / span if span > 0 else 0.0
-    begin = min(BAR_WIDTH - 1, int(start * scale))
+    at = int(start * scale)
+    begin = min(BAR_WIDTH - 1, max(0, at))
     length = max(1, round(seconds * scale)) if seconds > 0 else 0
+    if at < 0 and length:
+        length = max(1, length + at)  # the part before the origin is not drawn
+    length = min(length, BAR_WIDTH - begin)
     return " " * begin + ("#" * length if length else "|")
 
 
