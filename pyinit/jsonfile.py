@@ -21,7 +21,16 @@ from typing import Any, BinaryIO
 
 from pyinit.errors import InputError
 
-NOT_REGULAR = "not a regular file (a FIFO, pipe or device): write it to a file"
+# What an input that is not a regular file is, as the message names it.
+KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO or pipe"),
+         (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+         (stat.S_ISSOCK, "a socket"))  # fmt: skip
+
+
+def not_regular(mode: int) -> str:
+    """The one line for an input whose mode is not a regular file's."""
+    kind = next((name for test, name in KINDS if test(mode)), "something else")
+    return f"{kind}, not a regular file: give the path of a file to read"
 
 
 def open_input(path: str | os.PathLike[str]) -> BinaryIO:
@@ -30,8 +39,9 @@ def open_input(path: str | os.PathLike[str]) -> BinaryIO:
     refused, not waited on); OSError (with ``filename``) when it cannot be opened."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InputError(NOT_REGULAR, file=os.fsdecode(path))
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise InputError(not_regular(mode), file=os.fsdecode(path))
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:

@@ -39,13 +39,29 @@ int read_input_file(const std::string& path, std::string* out, size_t limit) {
   return result;
 }
 
+namespace {
+
+// The one line for an input that is not a regular file: what it is.
+std::string not_regular(const std::string& path) {
+  struct stat info {};
+  const char* kind = "something else";
+  if (::stat(path.c_str(), &info) == 0) {
+    if (S_ISDIR(info.st_mode)) kind = "a folder";
+    if (S_ISFIFO(info.st_mode)) kind = "a FIFO or pipe";
+    if (S_ISCHR(info.st_mode)) kind = "a character device";
+    if (S_ISBLK(info.st_mode)) kind = "a block device";
+    if (S_ISSOCK(info.st_mode)) kind = "a socket";
+  }
+  return std::string(kind) + ", not a regular file: give the path of a file to read";
+}
+
+}  // namespace
+
 std::string load_input_file(const std::string& path, size_t limit) {
   check_path(path);
   std::string text;
   int rc = read_input_file(path, &text, limit);
-  if (rc == -EINVAL) {
-    throw InputError(path, 0, "not a regular file (a FIFO, pipe or device): write it to a file");
-  }
+  if (rc == -EINVAL) throw InputError(path, 0, not_regular(path));
   if (rc == -EFBIG) {
     throw InputError(path, 0, "larger than " + std::to_string(limit >> 20) + " MiB");
   }
