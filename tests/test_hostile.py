@@ -249,6 +249,23 @@ def test_bad_input_is_one_line_and_no_output(words, files, status, message, pod_
         assert not (tmp_path / folder).exists(), f"{folder} was created for refused input"
 
 
+def test_a_script_the_user_cannot_read_is_one_line_before_torchrun(pyinit_bin, tmp_path):
+    script = tmp_path / "secret.py"
+    script.write_text("print('ran')\n")
+    script.chmod(0o600)
+    command = [str(pyinit_bin), "run", "--run-dir", str(tmp_path / "run"), "--", str(script)]
+    if os.geteuid() == 0:  # root reads any file: it runs without the capabilities that allow it
+        os.chown(script, 65534, 65534)
+        command = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *command]
+    else:
+        script.chmod(0)
+    proc = run(command, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (f"pyinit: {script}: a script this user cannot read (its mode or "
+                           "owner): make it readable\n")  # fmt: skip
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_bad_slurm_node_list_is_named(pyinit_bin, tmp_path):
     script = tmp_path / "ok.py"
     script.write_text("pass\n")

@@ -223,6 +223,10 @@ def check_target(target: Target) -> None:
 
     if target.kind == "script" and not Path(target.name).is_file():
         raise InputError(f"{target.name}: no such script")
+    if target.kind == "script" and not os.access(target.name, os.R_OK):
+        # Each worker would print its own PermissionError traceback.
+        raise InputError(f"{target.name}: a script this user cannot read (its mode or owner): "
+                         "make it readable")  # fmt: skip
     if target.kind == "module":
         top = target.name.split(".")[0]
         # Where the workers look: sys.path and the working directory (see the worker).
