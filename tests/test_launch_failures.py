@@ -81,6 +81,42 @@ def test_a_missing_node_is_waited_for_aloud_and_named(pyinit_bin, tmp_path):
     assert end["not_joined"] == ["node 1 (192.0.2.99)"]
 
 
+@pytest.mark.slow
+def test_a_node_that_answers_but_never_joins_is_named(pyinit_bin, tmp_path):
+    """Every node's pyinit run answers on its liveness port, but node 1's agent
+    never reaches the rendezvous (a preload that takes longer than the join
+    timeout): node 0 names node 1, not 'every node'."""
+    from conftest import namespaces, node_addresses
+
+    script = tmp_path / "ok.py"
+    script.write_text("pass\n")
+    (tmp_path / "slow_preload.py").write_text("import time\ntime.sleep(25)\n")
+    hostfile = tmp_path / "hosts"
+    addresses = node_addresses(2)
+    hostfile.write_text("\n".join(addresses) + "\n")
+    (tmp_path / "sys" / "bus" / "pci" / "devices").mkdir(parents=True)  # no GPUs, no NCCL files
+    with namespaces(2) as names:
+        procs = []
+        for rank, ns in enumerate(names):
+            held = ["--preload", "slow_preload"] if rank == 1 else []
+            command = ["ip", "netns", "exec", ns, "env", f"PYTHONPATH={tmp_path}", pyinit_bin,
+                       "run", "--cold", "--hostfile", hostfile, "--join-timeout", "12",
+                       "--preflight", "off", "--sysfs-root", tmp_path / "sys", "--master-port",
+                       "29631", "--monitor-interval", "0", *held, "--run-dir",
+                       tmp_path / f"run{rank}", "--", script]  # fmt: skip
+            procs.append(subprocess.Popen(command, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True))  # fmt: skip
+        outputs = [proc.communicate(timeout=180) for proc in procs]
+    node0, node1 = (err for _out, err in outputs)
+    assert procs[0].returncode == 1, node0[-3000:]
+    named = f"node 1 ({addresses[1]})"
+    assert f"pyinit run: {named} did not join within 12 s (--join-timeout)" in node0, node0
+    assert f"waiting for {named} to join (its pyinit run answers; its agent has not reached " \
+           "the rendezvous)" in node0, node0  # fmt: skip
+    assert events(tmp_path / "run0")[-1]["not_joined"] == [named]
+    assert f"node 1 ({addresses[1]}, this node) did not join" in node1, node1[-3000:]
+
+
 @pytest.mark.parametrize("start", ["fork", "spawn"])
 def test_the_script_s_traceback_shows_and_torch_s_goes_to_the_log(pyinit_bin, tmp_path, start):
     script = tmp_path / "boom.py"

@@ -294,6 +294,7 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
 
             joins = JoinWatch(plan.status_dir / store.JOINED_FILE, liveness, nodes.addresses,
                               nodes.rank, config.join_timeout, say)  # fmt: skip
+            liveness.joined = joins.has_joined
             joins.start()
 
         def on_tick() -> None:

@@ -16,6 +16,7 @@ from typing import Any
 from pyinit.jsonfile import parse_json
 
 PEER_POLL_S = 1.0  # how often a watched run asks the other nodes for a stall
+JOINED = b"alive joined\n"  # the answer of a node whose agent has reached the rendezvous
 
 
 class Liveness:
@@ -29,7 +30,10 @@ class Liveness:
         """Binds the port now (so a taken one fails before the run starts);
         it answers once ``start`` runs."""
         self.port = port
-        self.answer = b"alive\n"
+        self.stall: bytes | None = None  # this node's stall verdict, once there is one
+        # Whether this node's agent has reached the rendezvous (set by its JoinWatch):
+        # `alive joined` then, so the node serving the store can name who has not.
+        self.joined: Callable[[], bool] = lambda: False
         self._stop = threading.Event()
         self._seen: dict[int, int] = {}  # the last stall number each node reported
         family = socket.AF_INET6 if ":" in address else socket.AF_INET
@@ -50,10 +54,10 @@ class Liveness:
             except OSError:
                 return
             with conn:
-                conn.sendall(self.answer)
+                conn.sendall(self.stall or (JOINED if self.joined() else b"alive\n"))
 
     def report_stall(self, verdict: dict[str, Any]) -> None:
-        self.answer = b"stall " + json.dumps(verdict).encode() + b"\n"
+        self.stall = b"stall " + json.dumps(verdict).encode() + b"\n"
 
     def _ask_peers(self, addresses: Sequence[str], own_rank: int,
                    timeout_s: float) -> dict[int, bytes | None]:  # fmt: skip
@@ -142,19 +146,41 @@ class JoinWatch:
     def has_joined(self) -> bool:
         return self.joined.exists()
 
+    def not_joined(self) -> tuple[list[int], list[int]]:
+        """The nodes that have not joined: those whose pyinit run does not
+        answer, and those whose pyinit run answers but whose agent has not
+        reached the rendezvous (node 0 serves it: answering, it has joined)."""
+        silent, waiting = [], []
+        answers = self.liveness._ask_peers(self.addresses, self.rank, 2.0)
+        if self.rank != 0 and not self.has_joined():
+            answers[self.rank] = b"alive\n"  # this node's own agent has not either
+        for rank, line in sorted(answers.items()):
+            if line is None:
+                silent.append(rank)
+            elif rank != 0 and line != JOINED and stall_verdict(line) is None:
+                waiting.append(rank)
+        return silent, waiting
+
+    def node(self, rank: int) -> str:
+        return f"node {rank} ({self.addresses[rank]}{', this node' if rank == self.rank else ''})"
+
     def missing(self) -> list[str]:
-        """'node K (ADDRESS)' for each node whose pyinit run does not answer."""
-        lost = self.liveness.unreachable(self.addresses, self.rank)
-        return [f"node {r} ({self.addresses[r]})" for r in lost]
+        """'node K (ADDRESS)' for each node that has not joined (not_joined)."""
+        silent, waiting = self.not_joined()
+        return [self.node(rank) for rank in sorted(silent + waiting)]
 
     def _watch(self) -> None:
         while not self._done.wait(JOIN_REPORT_S):
             if self.has_joined():
                 return
             waited = f"{time.monotonic() - self._began:.0f} s of --join-timeout {self.limit_s:g}"
-            missing = self.missing()
-            if missing:
-                self.say(f"waiting for {', '.join(missing)} to join (no pyinit run answers "
-                         f"there): {waited}")  # fmt: skip
-            else:
-                self.say(f"waiting for the rendezvous (every node's pyinit run answers): {waited}")
+            silent, waiting = self.not_joined()
+            if silent:
+                self.say(f"waiting for {', '.join(map(self.node, silent))} to join (no pyinit "
+                         f"run answers there): {waited}")  # fmt: skip
+            if waiting:
+                nodes = ", ".join(map(self.node, waiting))
+                self.say(f"waiting for {nodes} to join (its pyinit run answers; its agent has "
+                         f"not reached the rendezvous): {waited}")  # fmt: skip
+            if not silent and not waiting:
+                self.say(f"waiting for the rendezvous (every node has joined): {waited}")
