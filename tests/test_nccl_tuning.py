@@ -325,6 +325,27 @@ def test_tune_where_the_ranks_cannot_run_is_one_line(pyinit_bin, h200x2_tree, tm
     assert not (tmp_path / "cache").exists() and not (tmp_path / "out").exists()
 
 
+def test_tune_uses_the_table_stored_for_this_node_kind(pyinit_bin, h200x2_tree, tmp_path):
+    """A table stored for this kind of node is used, not measured again (here,
+    where no GPU could measure); where NCCL's version is unknown (no pip
+    package of it), the table for exactly this hardware."""
+    from conftest import run
+
+    from pyinit.nccl.tuning import installed_nccl_version
+
+    topology = scan(str(h200x2_tree), probe_bar0=False)
+    nvml = read_nvml(FakeNvml(H200X2_NVML))
+    key = node_kind(topology, nvml, installed_nccl_version() or "2.28.9")
+    path = store(choose(sweep(**{"ctas=32": lambda s: 1.05}), key), tmp_path / "cache")
+    result = run([pyinit_bin, "nccl", "--tune", "--nvml-replay", str(DATA / "h200x2-nvml.json"),
+                  "--sysfs-root", str(h200x2_tree), "--cache", str(tmp_path / "cache"),
+                  "--out", str(tmp_path / "out")])  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert f"pyinit nccl: tuning from {path} (measured before on this kind of node" in (
+        result.stderr)  # fmt: skip
+    assert "NCCL_MAX_CTAS=32" in (tmp_path / "out" / "nccl.env").read_text()  # the table's
+
+
 def test_bench_tuning_needs_gpus(pyinit_bin, tmp_path):
     from conftest import run
 

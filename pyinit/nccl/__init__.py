@@ -143,14 +143,18 @@ def tune(
     returns wrong results (the node is unhealthy)."""
     from pyinit.nccl import measure
     from pyinit.nccl.tuning import choose, installed_nccl_version, node_kind
-    from pyinit.nccl.tuning_cache import cached, store
+    from pyinit.nccl.tuning_cache import cached, cached_for_hardware, store
 
     gpus = len(nvml.gpus)
     if gpus < 2:
         raise InputError(f"--tune times collectives between GPUs; this node has {gpus}")
     version = installed_nccl_version()
-    if version and not retune:
-        hit = cached(node_kind(topology, nvml, version), cache)
+    if not retune:
+        # NCCL's version unknown here (not from a pip package): a table for
+        # exactly this hardware, whatever NCCL measured it, rather than a
+        # measurement that cannot be compared with it either.
+        hit = (cached(node_kind(topology, nvml, version), cache) if version
+               else cached_for_hardware(topology, nvml, cache))  # fmt: skip
         if hit is not None:
             return hit, True
     result = measure.run(gpus, collectives=list(collectives), budget=budget,

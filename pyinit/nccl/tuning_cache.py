@@ -38,6 +38,21 @@ def cached(key: NodeKind, directory: Path) -> Tuning | None:
     return tuning if tuning.key == key else None
 
 
+def cached_for_hardware(topology: Any, nvml: Any, directory: Path) -> Tuning | None:
+    """For a node whose NCCL version is unknown: the cached table written
+    last for exactly this hardware (every field of its kind but NCCL's
+    version), or None."""
+    found = []
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+        try:
+            table, written = read_table(path), path.stat().st_mtime
+        except (OSError, ValueError):
+            continue
+        if table.key == node_kind(topology, nvml, table.key.nccl_version):
+            found.append((written, path.name, table))
+    return max(found, key=lambda item: item[:2])[2] if found else None
+
+
 def store(tuning: Tuning, directory: Path) -> Path:
     return write_table(directory / f"{tuning.key.id}.json", tuning)
 
