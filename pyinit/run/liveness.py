@@ -151,15 +151,14 @@ class JoinWatch:
         answer, and those whose pyinit run answers but whose agent has not
         reached the rendezvous (node 0 serves it: answering, it has joined)."""
         silent, waiting = [], []
-        answers = self.liveness._ask_peers(self.addresses, self.rank, 2.0)
-        if self.rank != 0 and not self.has_joined():
-            answers[self.rank] = b"alive\n"  # this node's own agent has not either
-        for rank, line in sorted(answers.items()):
+        for rank, line in self.liveness._ask_peers(self.addresses, self.rank, 2.0).items():
             if line is None:
                 silent.append(rank)
             elif rank != 0 and line != JOINED and stall_verdict(line) is None:
                 waiting.append(rank)
-        return silent, waiting
+        if self.rank != 0 and not self.has_joined():
+            waiting.append(self.rank)  # this node's own agent has not either
+        return sorted(silent), sorted(waiting)
 
     def node(self, rank: int) -> str:
         return f"node {rank} ({self.addresses[rank]}{', this node' if rank == self.rank else ''})"
