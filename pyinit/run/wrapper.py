@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import faulthandler
 import functools
+import gc
 import os
 import runpy
 import signal
@@ -123,6 +124,7 @@ class Marks:
         self.first_step = 0.0  # when the first optimizer step ended
         self.step_began = 0.0  # when the first forward began
         self.optimizer_began = 0.0  # when the first optimizer step began
+        self.destroyed_groups: list[Any] = []  # see keep_destroyed_groups
 
     def phase(self, name: str, start: float, end: float, **fields: Any) -> None:
         if self.log is not None:
@@ -174,6 +176,7 @@ class Marks:
             return result
 
         dist.init_process_group = timed_init_process_group
+        dist.destroy_process_group = keep_destroyed_groups(dist, self.destroyed_groups)
 
         self._time_first_step(torch)
 
@@ -260,6 +263,42 @@ class Marks:
                            steps=self.progress.steps)  # fmt: skip
 
 
+def keep_destroyed_groups(dist: Any, kept: list[Any]) -> Any:
+    """``destroy_process_group`` that keeps a reference to the groups it
+    destroys, for ``release_groups`` to drop once the script has ended.
+
+    A DDP model that outlives its process group holds the group's last
+    reference. Freeing the model (as ``main()`` returns) frees the reducer
+    holding the GIL (torch binds it without releasing it), and with it the
+    gloo group, whose destructor joins gloo's threads. One of them may be
+    freeing a finished collective whose thread-local state holds a Python
+    object (the autograd context torch stashes during backward), which
+    needs the GIL: the rank hangs for good. A group freed through its own
+    Python object releases the GIL first (torch's holder for process
+    groups), so the group is left for that path."""
+    destroy = dist.destroy_process_group
+
+    @functools.wraps(destroy)
+    def destroy_keeping(group: Any = None) -> Any:
+        from torch.distributed import distributed_c10d as c10d
+
+        world = getattr(c10d, "_world", None)  # torch's own table of groups
+        kept.extend(list(getattr(world, "pg_map", ())) if group is None else [group])
+        return destroy(group)
+
+    return destroy_keeping
+
+
+def release_groups(marks: Marks | None) -> None:
+    """The destroyed groups freed, once whatever the script left is: the
+    collector first (a reducer in a reference cycle), then each group
+    through its Python object, which releases the GIL while gloo's threads
+    are joined."""
+    if marks is not None and marks.destroyed_groups:
+        gc.collect()
+        marks.destroyed_groups.clear()
+
+
 def watch_progress(status_dir: Path, rank: int) -> ProgressWriter:
     """This rank's progress file and heartbeat for pyinit run's stall watch, and
     its stacks written on STACK_SIGNAL (faulthandler: even from inside C code)."""
@@ -341,6 +380,7 @@ def main() -> None:
     finally:
         if marks is not None:
             marks.finish()
+        release_groups(marks)
     code = 1 if _finish_saves() else 0
     _record(Path(status_dir), code)
     if code:
