@@ -24,10 +24,13 @@ BIN_DIR = Path(sys.executable).parent
 @pytest.fixture(autouse=True, scope="session")
 def private_warm_folder(tmp_path_factory) -> Iterator[Path]:
     """Every run the tests start looks for a warm interpreter here, never in
-    the user's own folder (where one may be running); any left is stopped."""
+    the user's own folder (where one may be running), and leaves none
+    behind unless the test asks; any left is stopped."""
     folder = tmp_path_factory.mktemp("warm")
     folder.chmod(0o700)
     os.environ["PYINIT_WARM_DIR"] = str(folder)
+    # A run leaves a warm interpreter behind by default: tests that want one say so.
+    os.environ["PYINIT_WARM"] = "off"
     yield folder
     subprocess.run([str(BIN_DIR / "pyinit"), "warm", "stop"], capture_output=True, timeout=60)
 

@@ -25,7 +25,8 @@ PYINIT = str(BIN_DIR / "pyinit")
 
 
 def folder_env(folder: Path, **extra: str) -> dict[str, str]:
-    return dict(os.environ, PYINIT_WARM_DIR=str(folder), **extra)
+    # The default (conftest turns it off for every other test's runs).
+    return {**os.environ, "PYINIT_WARM_DIR": str(folder), "PYINIT_WARM": "auto", **extra}
 
 
 def start_warm(env: dict[str, str], *options: str) -> subprocess.CompletedProcess:
@@ -107,6 +108,40 @@ print(sorted(m for m in set(sys.modules) - before if m.startswith(heavy)))
                             timeout=120)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "[]"
+
+
+def test_the_compile_preloads_cover_a_first_compiled_step(tmp_path):
+    """What a compiled step imports is imported by the warm interpreter's
+    preloads: after them, a torch.compile'd model in DDP, its first forward
+    (dynamo, inductor's C++ backend), backward and AdamW step import no more
+    than a few dozen small modules besides the code inductor generates."""
+    script = """
+import json, sys
+from pyinit.run.preload import COMPILE_PRELOADS, DEFAULT_PRELOADS, fork_unsafe, import_all
+import_all(DEFAULT_PRELOADS + COMPILE_PRELOADS)
+assert fork_unsafe() == "", fork_unsafe()
+before = set(sys.modules)
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+model = torch.nn.parallel.DistributedDataParallel(torch.compile(net))
+optimizer = torch.optim.AdamW(model.parameters())
+model(torch.randn(2, 8)).sum().backward()
+optimizer.step()
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
+    result = subprocess.run([sys.executable, "-P", "-c", script], capture_output=True, text=True,
+                            timeout=300, env=env)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    new = json.loads(result.stdout.splitlines()[-1])
+    # The kernels inductor writes and loads, and the attention patterns it
+    # loads on first use: the compile's own output, not imports to preload.
+    generated = (".kernel", "compile_tasks.", "serialized_patterns")
+    rest = [m for m in new if not any(part in m for part in generated)]
+    assert len(rest) <= 40, rest
+    heavy = ("networkx", "sympy.core", "setuptools", "torch._inductor.scheduler", "triton")
+    assert not [m for m in rest if m.startswith(heavy)], rest
 
 
 def test_warm_cold_and_spawned_runs_give_identical_losses(warm_env, tmp_path):
@@ -318,19 +353,73 @@ def test_a_restarted_group_forks_warm_and_shows_its_phases(warm_env, tmp_path):
     assert "Restarts, step by step" in (tmp_path / "r.html").read_text()
 
 
-def test_keep_warm_leaves_one_for_the_next_launch(tmp_path):
+def warm_pid(env: dict[str, str]) -> int | None:
+    status = subprocess.run([PYINIT, "warm", "status", "--json"], env=env, capture_output=True,
+                            text=True, timeout=60)  # fmt: skip
+    return json.loads(status.stdout)["pid"] if status.returncode == 0 else None
+
+
+def test_the_first_launch_leaves_a_warm_interpreter_and_says_so_once(tmp_path):
+    """Unasked, the first run starts a warm interpreter, is itself handed to
+    it, and says so the first time only; it is not the run's child (the run
+    ends its children), and pyinit warm stop ends it."""
     folder = tmp_path / "warm"
     folder.mkdir(mode=0o700)
     env = folder_env(folder)
     try:
-        first = run(env, tmp_path / "first", "--keep-warm")
+        first = run(env, tmp_path / "first")
         assert first.returncode == 0, first.stderr[-3000:]
-        assert "a warm interpreter is starting for the next launch" in first.stderr
-        second = run(env, tmp_path / "second")  # waits for it, if it is still importing
+        assert first.stderr.count("a warm interpreter stays on this node") == 1, first.stderr
+        assert "PYINIT_WARM=off" in first.stderr
+        assert warm_event(tmp_path / "first")["used"] is True
+        assert [e["asked"] for e in events(tmp_path / "first") if e["event"] == "warm_started"] == [
+            False]  # fmt: skip
+        pid = warm_pid(env)
+        assert pid is not None
+        second = run(env, tmp_path / "second")
         assert second.returncode == 0, second.stderr[-3000:]
+        assert "warm interpreter" not in second.stderr
         assert warm_event(tmp_path / "second")["used"] is True
+        assert not [e for e in events(tmp_path / "second") if e["event"] == "warm_started"]
+        assert warm_pid(env) == pid
+        assert losses(tmp_path / "first") == losses(tmp_path / "second")
     finally:
         stop_warm(env)
+    assert warm_pid(env) is None
+
+
+@pytest.mark.parametrize("setting", [{"PYINIT_WARM": "off"}, {"SLURM_JOB_ID": "4242"}])
+def test_no_warm_interpreter_is_left_where_it_would_be_wrong(tmp_path, setting):
+    folder = tmp_path / "warm"
+    folder.mkdir(mode=0o700)
+    env = folder_env(folder, **setting)
+    try:
+        result = run(env, tmp_path / "run")
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "warm interpreter" not in result.stderr
+        assert warm_pid(env) is None
+    finally:
+        stop_warm(env)
+
+
+def test_keep_warm_says_so_every_time_and_pyinit_warm_is_checked(tmp_path):
+    folder = tmp_path / "warm"
+    folder.mkdir(mode=0o700)
+    env = folder_env(folder, SLURM_JOB_ID="4242")  # asked: left even in a SLURM job
+    try:
+        first = run(env, tmp_path / "first", "--keep-warm")
+        assert first.returncode == 0, first.stderr[-3000:]
+        assert "a warm interpreter is starting for this launch and the next" in first.stderr
+        assert warm_event(tmp_path / "first")["used"] is True
+        assert warm_pid(env) is not None
+    finally:
+        stop_warm(env)
+    wrong = run(folder_env(folder, PYINIT_WARM="sometimes"), tmp_path / "bad")
+    assert (wrong.returncode, wrong.stderr) == (
+        2, "pyinit: PYINIT_WARM='sometimes': expected auto or off\n")  # fmt: skip
+    both = run(folder_env(folder, PYINIT_WARM="off"), tmp_path / "both", "--keep-warm")
+    assert (both.returncode, both.stderr) == (
+        2, "pyinit: --keep-warm and PYINIT_WARM=off: give one\n")  # fmt: skip
 
 
 def test_bad_preloads_and_warm_commands(tmp_path):
@@ -558,7 +647,7 @@ def test_an_unusable_socket_folder_says_so_and_the_script_runs_cold(tmp_path):
                                 text=True, timeout=240)  # fmt: skip
         assert result.returncode == 0, result.stderr
         assert "the script ran" in result.stdout
-        assert "pyinit run: starting cold: " in result.stderr and said in result.stderr
+        assert "pyinit run: starting cold: " in result.stderr and result.stderr.count(said) == 1
         status = subprocess.run([PYINIT, "warm", "status"], env=env, capture_output=True,
                                 text=True, timeout=60)  # fmt: skip
         assert status.returncode == (1 if folder == str(deep) else 2)

@@ -41,6 +41,9 @@ OWNED_TORCHRUN_OPTIONS = {
     "--module", "--run-path", "--run_path", "--start-method", "--start_method",
 }  # fmt: skip
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+# auto (the default): hand the launch to a warm interpreter, starting one where
+# leaving it behind is right (may_leave_warm_unasked); off: every launch cold.
+WARM_ENV, WARM_MODES = "PYINIT_WARM", ("auto", "off")
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,9 @@ class RunConfig:
     pod_init: str  # the executable torchrun runs under
     preloads: tuple[str, ...] = ()  # the script's own, imported before the workers fork
     cold: bool = False  # never hand the launch to a warm interpreter
-    keep_warm: bool = False  # leave a warm interpreter for the next launch
+    # Start a warm interpreter for this launch and the next when none runs:
+    # "asked" (--keep-warm), "auto" (the default where it is right), "" never.
+    leave_warm: str = ""
 
 
 def env_name(option: str) -> str:
@@ -161,10 +166,18 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     if preloads and (args.worker_start != "fork" or target.kind == "program"):
         raise InputError("--preload imports before the workers fork: it takes Python workers "
                          "and --worker-start fork")  # fmt: skip
+    warm_mode = (os.environ.get(WARM_ENV) or "auto").strip().lower()
+    if warm_mode not in WARM_MODES:
+        raise InputError(f"{WARM_ENV}={os.environ[WARM_ENV]!r}: expected auto or off")
     cold = _flag(args.cold, "--cold")
     keep_warm = _flag(args.keep_warm, "--keep-warm")
     if cold and keep_warm:
         raise InputError("--cold and --keep-warm: give one")
+    if warm_mode == "off" and keep_warm:
+        raise InputError(f"--keep-warm and {WARM_ENV}=off: give one")
+    cold = cold or warm_mode == "off"
+    unasked = not cold and may_leave_warm_unasked(os.environ)
+    leave_warm = "asked" if keep_warm else "auto" if unasked else ""
     if args.run_dir and Path(args.run_dir).exists() and not Path(args.run_dir).is_dir():
         raise InputError(f"--run-dir {args.run_dir}: exists and is not a folder")
     return RunConfig(
@@ -177,8 +190,16 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         rescan=_flag(args.rescan, "--rescan"),
         boot_state=args.boot_state, worker_start=args.worker_start,
         stall_timeout=args.stall_timeout, pod_init=pod_init, preloads=preloads, cold=cold,
-        keep_warm=keep_warm,
+        leave_warm=leave_warm,
     )  # fmt: skip
+
+
+def may_leave_warm_unasked(environ: Mapping[str, str]) -> bool:
+    """Whether a run may leave a warm interpreter behind without being asked:
+    not in a SLURM job (the step's cgroup ends with the step and would kill
+    it), nor as the workload of a container or boot image (pyinit run is PID 1
+    or PID 1's child: the run's end is theirs)."""
+    return not environ.get("SLURM_JOB_ID") and 1 not in (os.getpid(), os.getppid())
 
 
 def pod_init_executable() -> str:

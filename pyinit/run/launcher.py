@@ -256,6 +256,10 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
     config, log, liveness, nodes = plan.config, plan.log, plan.liveness, plan.nodes
     monitor = None
     parent = os.getpid()
+    if config.leave_warm:
+        # Before this process becomes a subreaper: the warm interpreter detaches,
+        # and must not re-parent here, where end_children() would end it.
+        _start_warm(plan, out)
     if config.monitor_interval > 0:
         # The golden metrics beside the run, in the run's folder. Started before the
         # signals are blocked below, so it can be ended with TERM.
@@ -323,8 +327,6 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
             monitor.terminate()
             monitor.wait()
         survivors = _native.end_children()
-        if config.keep_warm and warm is None:
-            _keep_warm(plan, out)  # after end_children(), which would end it too
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     return Outcome(code, forwarded, survivors, stalls, joins, warm_ended)
@@ -377,24 +379,34 @@ def _hand_over(plan: Plan, out: IO[str]) -> client.WarmLaunch | None:
     return warm
 
 
-def _keep_warm(plan: Plan, out: IO[str]) -> None:
-    """--keep-warm: a warm interpreter with this run's preloads for the next
-    launch, unless one runs already; started, not waited for."""
+def _start_warm(plan: Plan, out: IO[str]) -> None:
+    """A warm interpreter with this run's preloads, unless one runs already:
+    started, not waited for. This launch is handed to it (waiting for its
+    imports, as the cold agent would have waited for its own) and so is the
+    next. Said every time when asked (--keep-warm), the first time only when
+    not (a mark in the socket's folder)."""
     try:
-        if client.request("status", plan.env) is None:
-            # pyinit run's own environment: the run's additions are per launch.
-            code, said = client.start(plan.config.preloads, protocol.DEFAULT_IDLE_TIMEOUT_S,
-                                      wait_ready=False)  # fmt: skip
-            if code:
-                print(f"pyinit run: --keep-warm: {said}", file=out)
-            else:
-                print("pyinit run: a warm interpreter is starting for the next launch "
-                      "(pyinit warm status)", file=out)  # fmt: skip
-    except OSError as error:
-        where = f"{error.filename}: " if error.filename else ""
-        print(f"pyinit run: --keep-warm: {where}{error.strerror or error}", file=out)
-    except ValueError as error:
-        print(f"pyinit run: --keep-warm: {error}", file=out)
+        if client.request("status", plan.env) is not None:
+            return
+        # pyinit run's own environment: the run's additions are per launch.
+        code, said = client.start(plan.config.preloads, protocol.DEFAULT_IDLE_TIMEOUT_S,
+                                  wait_ready=False, defer_compile=True)  # fmt: skip
+        if code:
+            print(f"pyinit run: no warm interpreter for the next launch: {said}", file=out)
+            return
+        plan.log.write("warm_started", asked=plan.config.leave_warm == "asked")
+        noted = protocol.folder() / protocol.NOTED_NAME
+        if plan.config.leave_warm == "asked":
+            print("pyinit run: a warm interpreter is starting for this launch and the next "
+                  "(pyinit warm status)", file=out)  # fmt: skip
+        elif not noted.exists():
+            idle = protocol.DEFAULT_IDLE_TIMEOUT_S / 60
+            print(f"pyinit run: a warm interpreter stays on this node for the next launch, "
+                  f"until {idle:g} min without one (pyinit warm stop ends it; --cold or "
+                  f"PYINIT_WARM=off never use one)", file=out, flush=True)  # fmt: skip
+            noted.touch()
+    except (OSError, ValueError):
+        pass  # a folder or socket that cannot be used: the handoff says so, once
 
 
 def conclude(plan: Plan, outcome: Outcome, out: IO[str]) -> int:

@@ -26,6 +26,23 @@ from pyinit.errors import InputError
 # Measured (tests/test_warm.py checks it): after these, the first DDP
 # construction, forward, backward and AdamW step import no module of note.
 DEFAULT_PRELOADS = ("torch", "torch._dynamo")
+# What a compiled first step (torch.compile) imports besides: inductor with
+# networkx and the rest of its compiler, dynamo's backends, export's tracer
+# (about 760 modules; 0.8-1.6 s and 53 MiB on a 2-core VM). A warm interpreter
+# imports them, paid once per node; a cold agent does not, as an eager
+# script would pay for them at every launch (tests/test_warm.py checks the set).
+COMPILE_PRELOADS = (
+    "torch._inductor.compile_fx", "torch._dynamo.backends.inductor",
+    "torch._dynamo.backends.distributed", "torch._dynamo.backends.cudagraphs",
+    "torch._dynamo.repro.after_dynamo", "torch.export._trace",
+    "torch.fx.experimental.validator", "torch._inductor.compiler_bisector",
+    "torch._inductor.choices", "torch._inductor.bounds", "torch._inductor.fx_passes.fuse_attention",
+    "torch._inductor.fx_passes.pad_mm", "torch._inductor.codegen.cuda_combined_scheduling",
+    "torch._inductor.codegen.memory_planning", "torch._inductor.runtime.caching",
+    "torch.distributed.tensor.experimental", "torch.utils.cpp_extension",
+    # sympy's own lazy imports, met by inductor's printing of index expressions.
+    "sympy.tensor.tensor", "sympy.physics.units",
+)  # fmt: skip
 
 
 def parse(text: str) -> tuple[str, ...]:

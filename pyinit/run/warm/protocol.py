@@ -24,6 +24,8 @@ from pyinit.errors import InputError
 FOLDER_ENV = "PYINIT_WARM_DIR"  # another folder than the user's default
 SOCKET_NAME = "warm.sock"
 LOG_NAME = "warm.log"
+# Left once pyinit run has said that it leaves warm interpreters behind unasked.
+NOTED_NAME = "noted"
 MAX_MESSAGE = 16 << 20  # an environment and argv fit many times over
 HEADER = struct.Struct("<I")
 MAX_FDS = 8

@@ -31,7 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from pyinit.run.events import boottime, process_start
-from pyinit.run.preload import DEFAULT_PRELOADS, PreloadError, fork_unsafe, import_all, parse
+from pyinit.run.preload import (
+    COMPILE_PRELOADS,
+    DEFAULT_PRELOADS,
+    PreloadError,
+    fork_unsafe,
+    import_all,
+    parse,
+)
 from pyinit.run.warm import protocol
 from pyinit.run.warm.intake import REPLY_TIMEOUT_S, Intake
 from pyinit.run.warm.keeper import WAITED, keep, reaped
@@ -45,8 +52,11 @@ class Warm:
     """The warm interpreter's state: what it imported, from which files,
     how it compares, what it has served."""
 
-    def __init__(self, preloads: tuple[str, ...], idle_timeout: float):
+    def __init__(self, preloads: tuple[str, ...], idle_timeout: float, defer_compile: bool):
         self.preloads = tuple(dict.fromkeys((*DEFAULT_PRELOADS, *preloads)))
+        # Imported after the first launch is served, one per idle turn of the loop,
+        # when a run started this interpreter for itself (it waits for the rest).
+        self.deferred = list(COMPILE_PRELOADS) if defer_compile else []
         self.idle_timeout = idle_timeout
         self.started = time.time()
         self.launches = 0
@@ -65,13 +75,31 @@ class Warm:
             import_all(self.preloads)
             import_all(("torch.distributed.run", "pyinit.run.agent", "pyinit.run.store",
                         "pyinit.run.wrapper"))  # fmt: skip
+            import_all(() if self.deferred else COMPILE_PRELOADS)
+        self._imported(seen)
+        self.imported = (self.imported[0], boottime())
+
+    def load_deferred(self) -> str:
+        """The next deferred preload imported; why this interpreter may no
+        longer fork ("" when it may). One that fails to import is said and
+        left out: a compiled script imports it itself."""
+        name = self.deferred.pop(0)
+        with protocol.recording_environ_reads() as seen:
+            try:
+                import_all((name,))
+            except PreloadError as error:
+                say(f"{error} (left to the scripts that compile)")
+        self._imported(seen | self.read_at_import)
+        return fork_unsafe()
+
+    def _imported(self, seen: set[str] | frozenset[str]) -> None:
+        """What the imports so far read and set, and the files they loaded."""
         self.read_at_import = frozenset(seen)
         # As they were before the imports, which set some (torch sets
         # TORCHINDUCTOR_CACHE_DIR): what a fresh start would have met.
         self.identity.import_env = {k: v for k, v in self.start_env.items()
                                     if protocol.import_time(k) or k in seen}  # fmt: skip
         self.set_by_import = {k: v for k, v in os.environ.items() if self.start_env.get(k) != v}
-        self.imported = (self.imported[0], boottime())
         self.files = loaded_files()
 
     def difference(self, request: dict[str, Any]) -> str:
@@ -94,7 +122,7 @@ class Warm:
         return {"pid": os.getpid(), "python": sys.executable, "preloads": list(self.preloads),
                 "age_s": round(time.time() - self.started, 1), "launches": self.launches,
                 "running": len(self.keepers), "idle_timeout_s": self.idle_timeout,
-                **memory}  # fmt: skip
+                "compile_preloads_pending": len(self.deferred), **memory}  # fmt: skip
 
 
 def loaded_files() -> dict[str, tuple[int, int, int]]:
@@ -188,6 +216,8 @@ def serve(warm: Warm, listener: socket.socket, path: Path) -> None:
             if timeout == 0:
                 say(f"idle for {warm.idle_timeout:g} s (--idle-timeout): ending")
                 return
+        if warm.deferred and not stopping:
+            timeout = 0.0  # an import waits: only look for what is there now
         watched = [channels.wakeup.read_fd]
         if not stopping:
             watched += [listener.fileno(), *channels.intake.fds()]
@@ -210,6 +240,14 @@ def serve(warm: Warm, listener: socket.socket, path: Path) -> None:
                     finally:
                         for fd in fds:
                             os.close(fd)
+        if not stopping and warm.deferred and not channels.intake.pending:
+            unsafe = warm.load_deferred()
+            if unsafe:
+                say(f"{unsafe}: no more launches")
+                stopping = True
+            elif warm.spare is not None:  # forked before the import: a new one has it
+                warm.spare.channel.close()
+                warm.spare = None
         if stopping:
             _unlink_if_ours(path, listener)
             channels.intake.close()
@@ -365,7 +403,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preload", default="")
     parser.add_argument("--idle-timeout", type=float, default=protocol.DEFAULT_IDLE_TIMEOUT_S)
     parser.add_argument("--ready-fd", type=int, default=-1)
+    parser.add_argument("--detach", action="store_true")
+    parser.add_argument("--defer-compile-preloads", action="store_true")
     args = parser.parse_args(argv)
+    if args.detach and os.fork() > 0:
+        # The starter reaps this parent at once; the server is then nobody's child
+        # but init's (or the nearest subreaper's above the starter), so a run that
+        # started it and ends its own children at exit leaves it running.
+        os._exit(0)
     ready = os.fdopen(args.ready_fd, "w") if args.ready_fd >= 0 else None
 
     def tell(line: str) -> None:
@@ -376,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # The agent's own switch (see pyinit.run.agent): torch's CUDA check asks NVML.
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
-    warm = Warm(parse(args.preload), args.idle_timeout)
+    warm = Warm(parse(args.preload), args.idle_timeout, args.defer_compile_preloads)
     try:
         path = protocol.checked_folder(protocol.folder(), create=True) / protocol.SOCKET_NAME
         listener = bind(path)
