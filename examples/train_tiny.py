@@ -67,6 +67,9 @@ def main() -> None:
     parser.add_argument("--slow-data", type=float, default=0.0, metavar="S",
                         help="wait S seconds for every batch, as a slow disk or network "
                         "filesystem would make it (pyinit report shows it)")  # fmt: skip
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the model (inside DDP, as torchtitan compiles its "
+                        "blocks before wrapping them)")  # fmt: skip
     args = parser.parse_args()
 
     cuda = torch.cuda.is_available()
@@ -96,8 +99,9 @@ def main() -> None:
             os.close(fd)
     dist.barrier()
     vocab = data.headers[0].vocab_size
-    model = TinyLM(vocab, args.seq_len, args.width, args.layers, heads=4).to(device)
-    model = DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
+    core = TinyLM(vocab, args.seq_len, args.width, args.layers, heads=4).to(device)
+    model = DistributedDataParallel(torch.compile(core) if args.compile else core,
+                                    device_ids=[device.index] if cuda else None)  # fmt: skip
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * s / args.steps))
@@ -133,7 +137,7 @@ def main() -> None:
             print(f"step {step:5d}  loss {losses[-1]:.3f}  {rate:,.0f} tokens/s", flush=True)
         if rank == 0 and args.checkpoint_every and step % args.checkpoint_every == 0:
             folder = os.environ.get("PYINIT_RUN_DIR", ".")
-            checkpoint.save(model.module.state_dict(), Path(folder, "model.safetensors"))
+            checkpoint.save(core.state_dict(), Path(folder, "model.safetensors"))
     batches.close()  # the reader's stream closes, and its counts reach the reader
     seconds = time.perf_counter() - start
     stats = data.reader_stats()

@@ -46,6 +46,9 @@ PHASES = (
     ("script setup", "script set-up (model, data, wrappers)", "workers"),
     ("checkpoint load", "checkpoint load", "workers"),
     ("first forward", "first forward", "workers"),
+    ("compile: dynamo", "compile: dynamo tracing", "workers"),
+    ("compile: inductor", "compile: inductor (compile or cache load)", "workers"),
+    ("compile: backward", "compile: backward graphs (inductor)", "workers"),
     ("first backward", "first backward", "workers"),
     ("first optimizer step", "first optimizer step", "workers"),
     ("first step", "first step (forward to optimizer step)", "workers"),
@@ -56,7 +59,11 @@ RUN_PHASES = tuple(name for name, _, who in PHASES if who != "PID 1")
 # Phases a run may well not have: no GPU, workers spawned, an older log, a
 # script that loads no checkpoint or calls no nn.Module.
 OPTIONAL = {"nccl files", "agent preload", "warm imports", "checkpoint load", "script setup",
-            "first forward", "first backward", "first optimizer step"}  # fmt: skip
+            "first forward", "first backward", "first optimizer step", "compile: dynamo",
+            "compile: inductor", "compile: backward"}  # fmt: skip
+# Phases a rank goes through many times (one per compile): a row's seconds are
+# the slowest rank's sum, not the span from the first to the last.
+SUMMED = ("compile: ",)
 BAR_WIDTH = 40
 
 
@@ -83,6 +90,9 @@ RESUME_PHASES = (
     ("device init", "CUDA"),
     ("process group", "process group"),
     ("checkpoint load", "checkpoint load"),
+    ("compile: dynamo", "dynamo"),
+    ("compile: inductor", "inductor"),
+    ("compile: backward", "backward compile"),
     ("first step", "first step"),
 )
 
@@ -219,6 +229,8 @@ def build(events: list[dict]) -> Timeline:
             continue
         start = min(e["start"] for e in found) - origin_at
         end = max(e["end"] for e in found) - origin_at
+        if name.startswith(SUMMED):
+            end = start + span_seconds(found)
         if end < 0:
             continue  # a warm interpreter's imports, done before this run began
         if name == "first step" and "first forward" not in by_name:
@@ -230,6 +242,8 @@ def build(events: list[dict]) -> Timeline:
             row.rank_ends_s = {str(e["rank"]): round(e["end"] - origin_at, 6) for e in ranked}
         if name == "steps":
             row.steps = max(e.get("steps", 0) for e in found)
+        if name == "compile: inductor":
+            row.note = compile_note(events)
         if name == "import torch" and all(e.get("preloaded") for e in found):
             row.note = "forked with torch loaded"  # an older log's way of saying it
         if name == "agent import torch" and all(e.get("preloaded") for e in found):
@@ -254,6 +268,36 @@ def build(events: list[dict]) -> Timeline:
     return Timeline(origin, rows, first_step, missing, max(restarts, 0), resumes(events))
 
 
+def span_seconds(spans: list[dict]) -> float:
+    """A phase's seconds: its longest span, or for a phase a rank goes through
+    many times (SUMMED), the slowest rank's sum."""
+    if not spans[0]["name"].startswith(SUMMED):
+        return max(e["end"] - e["start"] for e in spans)
+    per_rank: dict[object, float] = {}
+    for e in spans:
+        per_rank[e.get("rank")] = per_rank.get(e.get("rank"), 0.0) + e["end"] - e["start"]
+    return max(per_rank.values())
+
+
+def compile_note(events: list[dict]) -> str:
+    """What the first step compiled, from the ranks' compile summaries (the
+    first attempt's): graphs, inductor's cache lookups, autotuning."""
+    found = [e for e in events if e.get("event") == "compile summary"
+             and e.get("at") == "first step" and e.get("attempt", 0) == 0]  # fmt: skip
+    if not found:
+        return ""
+
+    def most(key: str) -> float:
+        values = [e[key] for e in found if finite(e.get(key))]
+        return max(values) if values else 0
+
+    lookups = most("inductor_cache_hits") + most("inductor_cache_misses")
+    note = (f"{most('graphs'):g} graphs; {most('inductor_cache_hits'):g} of {lookups:g} "
+            f"inductor cache lookups hit")  # fmt: skip
+    autotune = most("autotune_s")
+    return note + (f"; autotuning {autotune:.2f} s" if autotune else "")
+
+
 def resumes(events: list[dict]) -> list[Resume]:
     """Every restart's phases, from the agent's hooks and the new workers' marks."""
     found = []
@@ -264,7 +308,7 @@ def resumes(events: list[dict]) -> list[Resume]:
         for name, _label in RESUME_PHASES:
             spans = [e for e in mine if e["name"] == name]
             if spans:
-                phases[name] = round(max(e["end"] - e["start"] for e in spans), 6)
+                phases[name] = round(span_seconds(spans), 6)
         began = [e["start"] for e in mine if e["name"] in ("restart detect", "restart stop")]
         firsts = [e["end"] for e in mine if e["name"] == "first step"]
         workers = {e["rank"] for e in mine if "rank" in e}

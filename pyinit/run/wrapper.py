@@ -40,6 +40,7 @@ from pyinit import _native
 from pyinit.jsonfile import write_json
 from pyinit.phases import install as install_phases
 from pyinit.phases import phase
+from pyinit.run.compiles import CompileMarks
 from pyinit.run.events import EventLog, boottime, process_start
 from pyinit.run.progress import (
     STACK_SIGNAL,
@@ -125,6 +126,16 @@ class Marks:
         self.step_began = 0.0  # when the first forward began
         self.optimizer_began = 0.0  # when the first optimizer step began
         self.destroyed_groups: list[Any] = []  # see keep_destroyed_groups
+        self.compiles = CompileMarks(self._logged_phase, self._logged_event)
+
+    def _logged_phase(self, name: str, start: float, end: float, **fields: Any) -> None:
+        # Not self.phase: a compile inside a step does not end what the step waits on.
+        if self.log is not None:
+            self.log.phase(name, start, end, **fields)
+
+    def _logged_event(self, kind: str, **fields: Any) -> None:
+        if self.log is not None:
+            self.log.write(kind, **fields)
 
     def phase(self, name: str, start: float, end: float, **fields: Any) -> None:
         if self.log is not None:
@@ -179,6 +190,7 @@ class Marks:
         dist.destroy_process_group = keep_destroyed_groups(dist, self.destroyed_groups)
 
         self._time_first_step(torch)
+        self.compiles.wrap(torch)
 
         def after_step(_optimizer: Any, _args: Any, _kwargs: Any) -> None:
             self.progress.step()
@@ -190,6 +202,7 @@ class Marks:
                 if self.step_began and self.optimizer_began:
                     self.phase("first optimizer step", self.optimizer_began, self.first_step)
                 self.phase("first step", began, self.first_step)
+                self.compiles.summary("first step")
 
         register_optimizer_step_post_hook(after_step)
 
@@ -258,6 +271,7 @@ class Marks:
         register_optimizer_step_pre_hook(before_step)
 
     def finish(self) -> None:
+        self.compiles.summary("end")
         if self.first_step and self.progress.steps > 1 and self.log is not None:
             self.log.phase("steps", self.first_step, self.progress.last_step,
                            steps=self.progress.steps)  # fmt: skip

@@ -1,0 +1,143 @@
+"""``torch.compile``'s work in a worker, as phases of the run's event log:
+what a compiled script's first step (or a restarted one's) spends before it
+computes anything.
+
+torch tells whoever registers with ``torch._dynamo.callback`` when each
+compile begins and ends: a frame that dynamo traces and hands to its backend
+(inductor), and a backward graph compiled when it is first needed. Inside a
+compile, torch's own timers (``compilation_time_metrics``) say how long the
+backend took, and its counters how many graphs were made and how many of
+inductor's and AOTAutograd's cache lookups hit. Each compile becomes:
+
+- ``compile: dynamo``: tracing the frame's bytecode into a graph (the
+  compile's time less its backend's; the backend runs at its end);
+- ``compile: inductor``: the backend, which compiles the graph or loads it
+  from the cache, with the graph and cache counts as fields;
+- ``compile: backward``: a backward graph compiled on first use.
+
+Autotuning (picking kernel configurations by timing them) runs inside the
+backend or at a kernel's first launch; its seconds, and the totals, go in one
+``compile summary`` event per rank when the first step is done. Compiles after
+that (a recompile at step 500) are counted in the summary at the worker's end,
+not drawn as phases: the timeline is about the first step.
+
+The callbacks are registered when the script first calls ``torch.compile``,
+which imports dynamo itself: a worker that never compiles pays nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from pyinit.run.events import boottime
+
+# torch's timer around the backend (inductor) of one compile.
+BACKEND_METRIC = "OutputGraph.call_user_compiler"
+# Counters (category, key) of torch._dynamo.utils.counters, by the field name used here.
+COUNTERS = {
+    "graphs": ("stats", "unique_graphs"),
+    "inductor_cache_hits": ("inductor", "fxgraph_cache_hit"),
+    "inductor_cache_misses": ("inductor", "fxgraph_cache_miss"),
+    "aot_cache_hits": ("aot_autograd", "autograd_cache_hit"),
+    "aot_cache_misses": ("aot_autograd", "autograd_cache_miss"),
+}
+
+
+def _autotuning(name: str) -> bool:
+    """torch's timers of autotuning: inductor's template autotuning and
+    precompiling, and triton's benchmarking of kernel configurations."""
+    return "autotun" in name or "benchmark_all_configs" in name or "template_precompiling" in name
+
+
+class CompileMarks:
+    """The compiles of one worker, written through `phase(name, start, end,
+    **fields)` and `event(kind, **fields)`."""
+
+    def __init__(self, phase: Callable[..., None], event: Callable[..., None]):
+        self.phase = phase
+        self.event = event
+        self.installed = False
+        self.first_step_done = False
+        self.compiles = 0  # every compile since the callbacks were registered
+        self.began = 0.0
+        self.at_start: dict[str, float] = {}
+        self.at_install: dict[str, float] = {}
+
+    def wrap(self, torch: Any) -> None:
+        """Registers the callbacks at the script's first torch.compile (and at
+        once if dynamo is imported already, as it is in a worker forked with
+        the preloads)."""
+        if "torch._dynamo" in sys.modules:
+            self.install()
+            return
+        compile_ = torch.compile
+
+        @functools.wraps(compile_)
+        def compile_marked(*args: Any, **kwargs: Any) -> Any:
+            torch.compile = compile_
+            self.install()
+            return compile_(*args, **kwargs)
+
+        torch.compile = compile_marked
+
+    def install(self) -> None:
+        if self.installed:
+            return
+        try:
+            from torch._dynamo.callback import callback_handler
+        except ImportError:  # a torch without compile callbacks: no compile phases
+            return
+        self.installed = True
+        self.at_install = self.snapshot()
+        callback_handler.register_start_callback(self._started)
+        callback_handler.register_end_callback(self._ended)
+
+    @staticmethod
+    def snapshot() -> dict[str, float]:
+        from torch._dynamo.utils import compilation_time_metrics, counters
+
+        figures: dict[str, float] = {
+            field: float(counters[group][key]) for field, (group, key) in COUNTERS.items()
+        }
+        figures["backend_s"] = sum(compilation_time_metrics.get(BACKEND_METRIC, ()))
+        metrics = compilation_time_metrics.items()
+        tuned = [sum(times) for name, times in metrics if _autotuning(name)]
+        figures["autotune_s"] = sum(tuned)
+        return figures
+
+    def _started(self, *_args: Any) -> None:
+        self.began = boottime()
+        self.at_start = self.snapshot()
+
+    def _ended(self, *args: Any) -> None:
+        ended = boottime()
+        self.compiles += 1
+        if self.first_step_done or not self.at_start:
+            return
+        now = self.snapshot()
+        grew = {field: round(now[field] - self.at_start[field], 6) for field in now}
+        trigger = getattr(getattr(args[0], "callback_trigger", None), "name", "") if args else ""
+        counts = {field: int(grew[field]) for field in COUNTERS}
+        if trigger == "LAZY_BACKWARD":
+            self.phase("compile: backward", self.began, ended, **counts)
+            return
+        backend_at = max(self.began, ended - grew["backend_s"])
+        self.phase("compile: dynamo", self.began, backend_at)
+        if backend_at < ended or any(counts.values()):  # a frame traced into no graph: none
+            self.phase("compile: inductor", backend_at, ended, autotune_s=grew["autotune_s"],
+                       **counts)  # fmt: skip
+
+    def summary(self, when: str) -> None:
+        """The compiles' totals so far (`when`: "first step" or "end")."""
+        if not self.installed:
+            return
+        if when == "first step":
+            self.first_step_done = True
+        now = self.snapshot()
+        totals = {field: round(now[field] - self.at_install[field], 6) for field in now}
+        for field in COUNTERS:
+            totals[field] = int(totals[field])
+        self.event("compile summary", at=when, compiles=self.compiles, **totals)
