@@ -241,13 +241,13 @@ def serve(warm: Warm, listener: socket.socket, path: Path) -> None:
                         for fd in fds:
                             os.close(fd)
         if not stopping and warm.deferred and not channels.intake.pending:
+            if warm.spare is not None:  # forked before these imports: the next one has them
+                warm.spare.channel.close()
+                warm.spare = None
             unsafe = warm.load_deferred()
             if unsafe:
                 say(f"{unsafe}: no more launches")
                 stopping = True
-            elif warm.spare is not None:  # forked before the import: a new one has it
-                warm.spare.channel.close()
-                warm.spare = None
         if stopping:
             _unlink_if_ours(path, listener)
             channels.intake.close()
@@ -256,7 +256,7 @@ def serve(warm: Warm, listener: socket.socket, path: Path) -> None:
                 warm.spare.channel.close()  # it ends; reaped as it does
             if not warm.keepers:
                 return
-        elif warm.spare is None:
+        elif warm.spare is None and not warm.deferred:
             warm.spare = fork_spare(warm, channels)
 
 
