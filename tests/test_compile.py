@@ -62,6 +62,11 @@ def test_the_compile_is_phases_and_a_restart_finds_inductors_cache(tmp_path):
             inductor = mine["compile: inductor"]
             assert first_forward["start"] <= inductor["start"] <= inductor["end"]
             assert inductor["end"] <= first_forward["end"] + 1e-6
+    # The agent imported the compile set once the first compile began, so the
+    # restarted workers were forked with it (the first, cold, were not).
+    starts = {(e["attempt"], e["rank"]): e["compile_loaded"] for e in log
+              if e["event"] == "phase" and e["name"] == "worker start"}  # fmt: skip
+    assert starts == {(0, 0): False, (0, 1): False, (1, 0): True, (1, 1): True}
     summaries = {(e["attempt"], e["rank"]): e for e in log
                  if e["event"] == "compile summary" and e["at"] == "first step"}  # fmt: skip
     assert set(summaries) == {(0, 0), (0, 1), (1, 0), (1, 1)}
@@ -80,3 +85,77 @@ def test_the_compile_is_phases_and_a_restart_finds_inductors_cache(tmp_path):
     assert "inductor cache lookups hit" in timeline.stdout
     restart = next(x for x in timeline.stdout.splitlines() if x.startswith("restart 1:"))
     assert "inductor" in restart and "dynamo" in restart
+
+
+def two_nodes(tmp_path: Path, job: str, caches: list[Path], port: int) -> list[Path]:
+    """One run of the compiled script on two nodes (network namespaces), one
+    worker each, node i with inductor's cache folder caches[i] and the
+    shared --compile-cache folder; the run folders."""
+    from conftest import namespaces, node_addresses
+
+    script = tmp_path / "compiled.py"
+    script.write_text(COMPILED)
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("\n".join(node_addresses(2)) + "\n")
+    (tmp_path / "sys" / "bus" / "pci" / "devices").mkdir(parents=True, exist_ok=True)
+    folders = [tmp_path / f"{job}-node{rank}" for rank in (0, 1)]
+    with namespaces(2) as names:
+        procs = []
+        for rank, ns in enumerate(names):
+            command = ["ip", "netns", "exec", ns, "env", f"TORCHINDUCTOR_CACHE_DIR={caches[rank]}",
+                       PYINIT, "run", "--hostfile", hostfile, "--nproc-per-node", "1",
+                       "--preflight", "off", "--sysfs-root", tmp_path / "sys", "--master-port",
+                       str(port), "--monitor-interval", "0", "--compile-cache",
+                       tmp_path / "shared", "--run-dir", folders[rank], "--", script]  # fmt: skip
+            procs.append(subprocess.Popen([str(c) for c in command], stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True))  # fmt: skip
+        outputs = [proc.communicate(timeout=600) for proc in procs]
+    for proc, (_out, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err[-3000:]
+    return folders
+
+
+def first_step_summary(run_dir: Path) -> dict:
+    return next(e for e in events(run_dir)
+                if e["event"] == "compile summary" and e["at"] == "first step")  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_node_joining_later_loads_the_compiled_graphs_instead_of_compiling(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o700)
+    first = two_nodes(tmp_path, "first", [tmp_path / "node0-cache", tmp_path / "node1-cache"],
+                      29641)  # fmt: skip
+    saved = [e for e in events(first[0]) if e["event"] == "compile cache"]
+    assert [e["saved"] for e in saved] == [True] and (shared / "compile-cache.bin").exists()
+    assert not [e for e in events(first[1]) if e["event"] == "compile cache" and "saved" in e]
+    # Without the file's graphs (the first run found none), a fresh node compiles.
+    assert first_step_summary(first[1])["inductor_cache_misses"] >= 1
+    # Node 1 replaced: a machine whose inductor cache folder is empty.
+    again = two_nodes(tmp_path, "again", [tmp_path / "node0-cache", tmp_path / "replaced-cache"],
+                      29643)  # fmt: skip
+    loaded = [e for e in events(again[1]) if e["event"] == "compile cache"]
+    assert [e["loaded"] for e in loaded] == [True], loaded
+    assert loaded[0]["artifacts"].get("inductor", 0) >= 1, loaded
+    summary = first_step_summary(again[1])
+    assert summary["graphs"] >= 1  # dynamo still traces the frames
+    assert summary["inductor_cache_misses"] == 0 and summary["aot_cache_misses"] == 0, summary
+    assert summary["inductor_cache_hits"] + summary["aot_cache_hits"] >= 1, summary
+
+
+def test_a_compile_cache_others_may_write_is_refused(tmp_path):
+    from pyinit.run.compiles import load_portable
+
+    said: list[dict] = []
+    path = tmp_path / "compile-cache.bin"
+    path.write_bytes(b"not even torch's format")
+    path.chmod(0o666)
+    load_portable(path, lambda kind, **fields: said.append(fields))
+    assert said == [{"path": str(path), "loaded": False, "error": "others may write it"}]
+    path.chmod(0o600)
+    said.clear()
+    load_portable(path, lambda kind, **fields: said.append(fields))
+    assert said[0]["loaded"] is False and said[0]["error"]  # torn or foreign: compiled afresh
+    said.clear()
+    load_portable(tmp_path / "absent.bin", lambda kind, **fields: said.append(fields))
+    assert said == []

@@ -28,11 +28,13 @@ from typing import Any
 
 from pyinit.jsonfile import write_json
 from pyinit.run.events import RUN_DIR_ENV, EventLog, boottime, process_start
-from pyinit.run.preload import PreloadError, fork_unsafe, import_all, parse
+from pyinit.run.preload import COMPILE_PRELOADS, PreloadError, fork_unsafe, import_all, parse
 from pyinit.run.progress import read_progress
 
 PRELOAD_OPTION = "--preload="
 FAILURES_FILE = "failures.json"
+# Left in the status folder by a worker's first torch.compile (pyinit.run.wrapper).
+COMPILED_MARK = "compiled"
 AGENT_LOG = "agent.log"
 
 # torch's own switch for a CUDA check that does not initialise CUDA: torchrun's
@@ -69,6 +71,8 @@ def main(argv: list[str] | None = None, started: float | None = None) -> None:
     store.register_handler(str(Path(folder, "status")) if folder else None)
     if folder:
         time_restarts(Path(folder, "status"), int(os.environ.get("PYINIT_NODE_RANK", "0")))
+        if preloads:  # workers forked from here: a restarted group's are too
+            preload_compile_for_restarts(Path(folder, "status"))
     imported = boottime()
     try:
         new = import_all(preloads)
@@ -138,6 +142,49 @@ def time_restarts(status_dir: Path, node: int) -> None:
     timed(LocalElasticAgent, "_stop_workers", "restart stop")
     timed(SimpleElasticAgent, "_rendezvous", "restart rendezvous")
     timed(LocalElasticAgent, "_start_workers", "restart start workers")
+
+
+def preload_compile_for_restarts(status_dir: Path) -> None:
+    """Once a worker has called torch.compile (its wrapper leaves
+    COMPILED_MARK), imports what a compiled step needs (COMPILE_PRELOADS) in
+    a thread, while the workers train: a restarted group, forked from here,
+    then has it imported, instead of importing it in every new worker before
+    its first compiled step (4 s on an H200 host). The thread is joined
+    before any restart forks, so no thread runs at a fork (the fork-safety
+    rule of pyinit.run.preload)."""
+    import threading
+
+    from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+    mark = status_dir / COMPILED_MARK
+    importer: threading.Thread | None = None
+
+    def import_quietly() -> None:
+        with contextlib.suppress(PreloadError):  # a worker that compiles imports it itself
+            import_all(COMPILE_PRELOADS)
+
+    monitor = LocalElasticAgent._monitor_workers
+
+    @functools.wraps(monitor)
+    def watching(agent: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal importer
+        if importer is None and mark.exists():
+            importer = threading.Thread(target=import_quietly, name="compile preloads",
+                                        daemon=True)  # fmt: skip
+            importer.start()
+        return monitor(agent, *args, **kwargs)
+
+    restart = SimpleElasticAgent._restart_workers
+
+    @functools.wraps(restart)
+    def restart_unthreaded(agent: Any, *args: Any, **kwargs: Any) -> Any:
+        if importer is not None:
+            importer.join()
+        return restart(agent, *args, **kwargs)
+
+    LocalElasticAgent._monitor_workers = watching
+    SimpleElasticAgent._restart_workers = restart_unthreaded
 
 
 def _log_handlers_to(stream: Any) -> None:

@@ -23,17 +23,34 @@ not drawn as phases: the timeline is about the first step.
 
 The callbacks are registered when the script first calls ``torch.compile``,
 which imports dynamo itself: a worker that never compiles pays nothing.
+
+Portable caches: inductor and AOTAutograd keep what they compile on the
+node's disk, so a restarted group on the same node compiles nothing again.
+A node that joins later (a replaced node, a restart on new nodes) has none of
+it. Global rank 0 saves torch's portable caches
+(``torch.compiler.save_cache_artifacts``) once its first step is done, into
+the file pyinit run names (``--compile-cache``, a folder the nodes share, else
+the run folder), unless one is there already; every worker loads that file
+into its node's caches (``load_cache_artifacts``) before the script runs, so
+its first compile finds every graph there. Those artifacts are compiled code:
+a file another user owns, or that others may write, is refused.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import stat
 import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from pyinit.run.events import boottime
 
+# Where a worker finds the portable caches' file (set by pyinit run), and its name.
+COMPILE_CACHE_ENV, COMPILE_CACHE_FILE = "PYINIT_COMPILE_CACHE_FILE", "compile-cache.bin"
 # torch's timer around the backend (inductor) of one compile.
 BACKEND_METRIC = "OutputGraph.call_user_compiler"
 # Counters (category, key) of torch._dynamo.utils.counters, by the field name used here.
@@ -56,9 +73,13 @@ class CompileMarks:
     """The compiles of one worker, written through `phase(name, start, end,
     **fields)` and `event(kind, **fields)`."""
 
-    def __init__(self, phase: Callable[..., None], event: Callable[..., None]):
+    def __init__(self, phase: Callable[..., None], event: Callable[..., None],
+                 on_first_compile: Callable[[], None] = lambda: None,
+                 save_to: Path | None = None):  # fmt: skip
         self.phase = phase
         self.event = event
+        self.save_to = save_to  # the portable caches' file, when this rank saves them
+        self.on_first_compile = on_first_compile  # told at the first compile's start
         self.installed = False
         self.first_step_done = False
         self.compiles = 0  # every compile since the callbacks were registered
@@ -111,6 +132,8 @@ class CompileMarks:
     def _started(self, *_args: Any) -> None:
         self.began = boottime()
         self.at_start = self.snapshot()
+        if not self.compiles:
+            self.on_first_compile()
 
     def _ended(self, *args: Any) -> None:
         ended = boottime()
@@ -136,8 +159,81 @@ class CompileMarks:
             return
         if when == "first step":
             self.first_step_done = True
+            if self.save_to is not None and self.compiles:
+                save_portable(self.save_to, self.event)
         now = self.snapshot()
         totals = {field: round(now[field] - self.at_install[field], 6) for field in now}
         for field in COUNTERS:
             totals[field] = int(totals[field])
         self.event("compile summary", at=when, compiles=self.compiles, **totals)
+
+
+def _refusal(path: Path) -> str:
+    """Why a portable cache file must not be loaded ("" when it may): it is
+    code this user did not write, or others could have changed."""
+    info = path.stat()
+    folder = path.parent.stat()
+    if info.st_uid != os.geteuid():
+        return f"owned by uid {info.st_uid}, not this user"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return "others may write it"
+    if folder.st_mode & stat.S_IWOTH and not folder.st_mode & stat.S_ISVTX:
+        return "its folder lets anyone replace it"
+    return ""
+
+
+def load_portable(path: Path, event: Callable[..., None]) -> None:
+    """The portable caches at `path`, if any, into this node's compile caches
+    (before the script runs: its compiles then find them)."""
+    try:
+        why = _refusal(path)
+        data = b"" if why else path.read_bytes()
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        event("compile cache", path=str(path), loaded=False, error=error.strerror or str(error))
+        return
+    if why:
+        print(f"pyinit run: not loading {path}: {why}", file=sys.stderr, flush=True)
+        event("compile cache", path=str(path), loaded=False, error=why)
+        return
+    import torch
+
+    began = time.monotonic()
+    try:
+        info = torch.compiler.load_cache_artifacts(data)
+    except Exception as error:  # torn, or from another torch: compile as if it were absent
+        event("compile cache", path=str(path), loaded=False,
+              error=f"{type(error).__name__}: {error!s:.200}")  # fmt: skip
+        return
+    if info is None:  # torch says what was wrong with it in a warning of its own
+        event("compile cache", path=str(path), loaded=False, error="not torch's portable caches")
+        return
+    kinds = {kind: len(keys) for kind, keys in info.artifacts.items()}
+    event("compile cache", path=str(path), loaded=True, bytes=len(data), artifacts=kinds,
+          seconds=round(time.monotonic() - began, 6))  # fmt: skip
+
+
+def save_portable(path: Path, event: Callable[..., None]) -> None:
+    """What this process compiled, as torch's portable caches, to `path`
+    unless a file is there already (written whole or not at all)."""
+    if path.exists():
+        return
+    import torch
+
+    saved = torch.compiler.save_cache_artifacts()
+    if saved is None:
+        return
+    data, info = saved
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(partial, path)
+    except OSError as error:  # a full disk: the run goes on, a later node compiles
+        partial.unlink(missing_ok=True)
+        event("compile cache", path=str(path), saved=False, error=error.strerror or str(error))
+        return
+    kinds = {kind: len(keys) for kind, keys in info.artifacts.items()}
+    event("compile cache", path=str(path), saved=True, bytes=len(data), artifacts=kinds)

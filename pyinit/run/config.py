@@ -68,6 +68,7 @@ class RunConfig:
     preflight: str
     expect_gpus: int | None
     run_dir: Path | None  # None: pyinit-run/nodeR
+    compile_cache: Path | None  # torch.compile's portable caches; None: the run folder
     monitor_interval: float
     sysfs_root: str
     rescan: bool
@@ -118,6 +119,9 @@ def add_arguments(run: argparse.ArgumentParser, environ: Mapping[str, str] = os.
     option("--expect-gpus", None, "a preflight error when fewer GPUs are found",
            type=argtypes.whole(0, _native.MAX_EXPECTED_GPUS), metavar="N")  # fmt: skip
     run.add_argument("--run-dir", metavar="DIR", help="events.jsonl, NCCL files (pyinit-run/nodeR)")
+    option("--compile-cache", "", "a folder the nodes share (beside the checkpoints) for "
+           "torch.compile's portable caches, which a node joining later loads instead of "
+           "compiling (default: the run folder)", metavar="DIR")  # fmt: skip
     option("--monitor-interval", 5.0, "sample into RUN_DIR/monitor.jsonl every S seconds "
            "(0: off)", type=argtypes.seconds(0.1, 3600, zero=True), metavar="S")  # fmt: skip
     option("--sysfs-root", "/sys", "scan this tree (a fixture)", metavar="DIR")
@@ -180,12 +184,15 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     leave_warm = "asked" if keep_warm else "auto" if unasked else ""
     if args.run_dir and Path(args.run_dir).exists() and not Path(args.run_dir).is_dir():
         raise InputError(f"--run-dir {args.run_dir}: exists and is not a folder")
+    if args.compile_cache and not Path(args.compile_cache).is_dir():
+        raise InputError(f"--compile-cache {args.compile_cache}: not a folder")
     return RunConfig(
         target=target, hostfile=args.hostfile or None, standalone=standalone,
         torchrun_options=tuple(extra), nproc=nproc, master_port=args.master_port,
         join_timeout=args.join_timeout,
         max_restarts=args.max_restarts, preflight=args.preflight, expect_gpus=args.expect_gpus,
         run_dir=Path(args.run_dir) if args.run_dir else None,
+        compile_cache=Path(args.compile_cache) if args.compile_cache else None,
         monitor_interval=args.monitor_interval, sysfs_root=args.sysfs_root,
         rescan=_flag(args.rescan, "--rescan"),
         boot_state=args.boot_state, worker_start=args.worker_start,

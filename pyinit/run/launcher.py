@@ -31,7 +31,8 @@ from typing import IO, Any
 from pyinit import _native
 from pyinit.errors import EXIT_FAILURE, EXIT_STALLED
 from pyinit.run import store
-from pyinit.run.agent import AGENT_LOG, FAILURES_FILE, PRELOAD_OPTION
+from pyinit.run.agent import AGENT_LOG, COMPILED_MARK, FAILURES_FILE, PRELOAD_OPTION
+from pyinit.run.compiles import COMPILE_CACHE_ENV, COMPILE_CACHE_FILE
 from pyinit.run.config import RunConfig
 from pyinit.run.events import RUN_DIR_ENV, EventLog, boottime, process_start
 from pyinit.run.liveness import JoinWatch, Liveness
@@ -198,6 +199,8 @@ def prepare(config: RunConfig, nodes: Nodes, folder: Path, log: EventLog,
     nproc = config.nproc or gpus or min(os.cpu_count() or 1, 8)
     env = dict(os.environ, PYINIT_NODE_RANK=str(nodes.rank))
     env[RUN_DIR_ENV] = str(folder.resolve())
+    cache_folder = config.compile_cache or folder
+    env[COMPILE_CACHE_ENV] = str((cache_folder / COMPILE_CACHE_FILE).resolve())
     if rendezvous.listening is not None:
         env[store.FD_ENV] = str(rendezvous.listening.fileno())
     if "GLOO_SOCKET_IFNAME" not in env and (nodes.interface or nodes.count == 1):
@@ -212,7 +215,7 @@ def prepare(config: RunConfig, nodes: Nodes, folder: Path, log: EventLog,
     status_dir = folder / "status"
     status_dir.mkdir(parents=True, exist_ok=True)
     for pattern in ("rank-*.json", "attempt-*", "progress-rank*", "stack-rank*", FAILURES_FILE,
-                    store.JOINED_FILE):  # fmt: skip
+                    store.JOINED_FILE, COMPILED_MARK):  # fmt: skip
         for stale in status_dir.glob(pattern):
             stale.unlink()
     # A reused --run-dir: the report reads the last run's events, so only its step records.

@@ -24,6 +24,7 @@ same marks are written, which is how the two launchers are compared.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import functools
 import gc
@@ -40,8 +41,10 @@ from pyinit import _native
 from pyinit.jsonfile import write_json
 from pyinit.phases import install as install_phases
 from pyinit.phases import phase
-from pyinit.run.compiles import CompileMarks
+from pyinit.run.agent import COMPILED_MARK
+from pyinit.run.compiles import COMPILE_CACHE_ENV, CompileMarks, load_portable
 from pyinit.run.events import EventLog, boottime, process_start
+from pyinit.run.preload import COMPILE_PRELOADS
 from pyinit.run.progress import (
     STACK_SIGNAL,
     TEARDOWN_S,
@@ -117,7 +120,8 @@ class Marks:
     """The worker's phases, written to the run's event log (when there is one)
     as they end, and its progress, counted for the stall watch."""
 
-    def __init__(self, log: EventLog | None, progress: ProgressWriter, steps: StepLog | None):
+    def __init__(self, log: EventLog | None, progress: ProgressWriter, steps: StepLog | None,
+                 status_dir: Path | None = None, compile_cache: Path | None = None):  # fmt: skip
         self.log = log
         self.progress = progress  # counts the steps: the stall watch's and the timeline's
         self.steps = steps  # the report's record of each step
@@ -126,14 +130,18 @@ class Marks:
         self.step_began = 0.0  # when the first forward began
         self.optimizer_began = 0.0  # when the first optimizer step began
         self.destroyed_groups: list[Any] = []  # see keep_destroyed_groups
-        self.compiles = CompileMarks(self._logged_phase, self._logged_event)
+        # The agent's sign to import the compile set (preload_compile_for_restarts).
+        compiled = status_dir / COMPILED_MARK if status_dir else None
+        self.compiles = CompileMarks(self.log_phase, self.log_event,
+                                     on_first_compile=lambda: _touch(compiled),
+                                     save_to=compile_cache)  # fmt: skip
 
-    def _logged_phase(self, name: str, start: float, end: float, **fields: Any) -> None:
+    def log_phase(self, name: str, start: float, end: float, **fields: Any) -> None:
         # Not self.phase: a compile inside a step does not end what the step waits on.
         if self.log is not None:
             self.log.phase(name, start, end, **fields)
 
-    def _logged_event(self, kind: str, **fields: Any) -> None:
+    def log_event(self, kind: str, **fields: Any) -> None:
         if self.log is not None:
             self.log.write(kind, **fields)
 
@@ -277,6 +285,13 @@ class Marks:
                            steps=self.progress.steps)  # fmt: skip
 
 
+def _touch(path: Path | None) -> None:
+    if path is None:
+        return
+    with contextlib.suppress(OSError):  # a full disk: a restart imports what it needs itself
+        path.touch()
+
+
 def keep_destroyed_groups(dist: Any, kept: list[Any]) -> Any:
     """``destroy_process_group`` that keeps a reference to the groups it
     destroys, for ``release_groups`` to drop once the script has ended.
@@ -354,9 +369,13 @@ def main() -> None:
         if log is not None:
             steps = StepLog(steps_path(log.path.parent, rank), attempt, log)
             install_phases(steps)
-        marks = Marks(log, progress, steps)
-        marks.phase("worker start", process_start(), entered, torch_loaded="torch" in sys.modules)
+        cache = Path(os.environ[COMPILE_CACHE_ENV]) if os.environ.get(COMPILE_CACHE_ENV) else None
+        marks = Marks(log, progress, steps, Path(status_dir), cache if rank == 0 else None)
+        marks.phase("worker start", process_start(), entered, torch_loaded="torch" in sys.modules,
+                    compile_loaded=COMPILE_PRELOADS[0] in sys.modules)  # fmt: skip
         marks.instrument_torch()
+        if cache is not None:
+            load_portable(cache, marks.log_event)
     try:
         if kind == "program":
             sys.exit(_run_program([name, *args]))
