@@ -26,12 +26,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from pyinit.analysis.timeline import Timeline, read_events
+from pyinit.analysis.timeline import build as build_timeline
+from pyinit.analysis.timeline import plot as plot_timeline
+from pyinit.analysis.timeline import table as timeline_table
 from pyinit.data.sharder import shard
 from pyinit.jsonfile import write_json
-from pyinit.run.timeline import Timeline, read_events
-from pyinit.run.timeline import build as build_timeline
-from pyinit.run.timeline import plot as plot_timeline
-from pyinit.run.timeline import table as timeline_table
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "initramfs"))

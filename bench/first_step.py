@@ -48,8 +48,8 @@ from pathlib import Path
 from pyinit.bench.collectives import MULTICAST_OFF
 from pyinit.jsonfile import write_json
 from pyinit.plotting import pyplot, save_figure
-from pyinit.run.events import boottime
-from pyinit.run.progress import read_progress
+from pyinit.runlog.events import boottime
+from pyinit.runlog.progress import read_progress
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "train_tiny.py"

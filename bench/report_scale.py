@@ -29,8 +29,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from pyinit import phases  # noqa: E402
+from pyinit.analysis import report  # noqa: E402
 from pyinit.jsonfile import write_json  # noqa: E402
-from pyinit.run import report, steps  # noqa: E402
+from pyinit.runlog import steps  # noqa: E402
 
 TARGET_S, TARGET_MIB, TARGET_SHARE = 5.0, 500.0, 0.005
 

@@ -15,7 +15,7 @@ Outside ``pyinit run`` these do nothing (``phase`` just runs its block).
 from __future__ import annotations
 
 from pyinit.phases import phase
-from pyinit.run.progress import current
+from pyinit.runlog.progress import current
 
 __all__ = ["phase", "step"]
 

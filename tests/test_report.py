@@ -31,7 +31,8 @@ import pytest
 from conftest import EXAMPLE, TINY
 
 from pyinit import phases
-from pyinit.run import report, steps
+from pyinit.analysis import report
+from pyinit.runlog import steps
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDED = ROOT / "tests" / "data" / "run-report"

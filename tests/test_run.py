@@ -536,8 +536,8 @@ def lazy_init():
 torch.cuda._lazy_init = lazy_init
 torch.cuda.is_initialized = lambda: state["initialized"]
 from pathlib import Path
-from pyinit.run.events import EventLog
-from pyinit.run.progress import ProgressWriter
+from pyinit.runlog.events import EventLog
+from pyinit.runlog.progress import ProgressWriter
 from pyinit.run.wrapper import Marks
 progress = ProgressWriter(Path({str(tmp_path / "progress.bin")!r}))
 Marks(EventLog({str(tmp_path / "events.jsonl")!r}, rank=0), progress, None).instrument_torch()

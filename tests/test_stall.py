@@ -18,8 +18,8 @@ import pytest
 from conftest import NODES
 
 from pyinit.errors import EXIT_STALLED
-from pyinit.run.events import process_alive
 from pyinit.run.stall import locate, read_flight_recorder
+from pyinit.runlog.events import process_alive
 
 JOB = textwrap.dedent("""
     import os, sys, time
@@ -37,7 +37,7 @@ JOB = textwrap.dedent("""
         if rank == stalling and step == 6 and first_attempt:
             if how == "mute":  # asleep, and deaf to the stack request: the watch waits it out
                 import signal
-                from pyinit.run.progress import STACK_SIGNAL
+                from pyinit.runlog.progress import STACK_SIGNAL
                 signal.signal(STACK_SIGNAL, signal.SIG_IGN)
                 time.sleep(3600)
             if how == "sleep":
@@ -140,7 +140,7 @@ def test_where_a_rank_is_comes_from_its_main_thread():
     dump = textwrap.dedent("""\
         Thread 0x00007f (most recent call first):
           File "/usr/lib/python3.11/threading.py", line 331 in wait
-          File "/x/site-packages/pyinit/run/progress.py", line 86 in beat_forever
+          File "/x/site-packages/pyinit/runlog/progress.py", line 86 in beat_forever
 
         Current thread 0x00007e (most recent call first):
           File "/x/site-packages/torch/distributed/c10d_logger.py", line 81 in wrapper
@@ -166,8 +166,8 @@ def test_only_this_stalls_flight_recorder_dumps_count(tmp_path):
     """A second stall, or a reused --run-dir, once read the old dumps and could
     name the wrong rank; a user's TORCH_NCCL_DEBUG_INFO_TEMP_FILE was not
     looked at. Dumps there before the stall was found are not its own."""
-    from pyinit.run.events import EventLog
     from pyinit.run.stall import StallWatch, _Gathering
+    from pyinit.runlog.events import EventLog
 
     recorded = Path(__file__).parent / "data" / "flight-recorder" / "rank_0"
     mine = tmp_path / "mine"

@@ -117,7 +117,7 @@ def test_the_chart_shows_the_start_not_the_steps(monkeypatch, tmp_path):
     titled after as slivers."""
     pytest.importorskip("matplotlib")
     import pyinit.plotting
-    from pyinit.run import timeline
+    from pyinit.analysis import timeline
 
     shown = {}
 

@@ -22,9 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from pyinit.analysis.report import build, text
+    from pyinit.analysis.report_html import render_html
     from pyinit.jsonfile import write_text
-    from pyinit.run.report import build, text
-    from pyinit.run.report_html import render_html
 
     folders = [Path(f) for f in args.run_dirs]
     for folder in folders:

@@ -15,8 +15,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from pyinit.analysis.timeline import build, plot, read_events, table
     from pyinit.jsonfile import write_json
-    from pyinit.run.timeline import build, plot, read_events, table
 
     if args.png:
         from pyinit.extras import require

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from pyinit.jsonfile import write_json
-from pyinit.run.events import RUN_DIR_ENV, EventLog, boottime, process_start
 from pyinit.run.preload import COMPILE_PRELOADS, PreloadError, fork_unsafe, import_all, parse
-from pyinit.run.progress import read_progress
+from pyinit.runlog.events import RUN_DIR_ENV, EventLog, boottime, process_start
+from pyinit.runlog.progress import read_progress
 
 PRELOAD_OPTION = "--preload="
 FAILURES_FILE = "failures.json"

@@ -47,7 +47,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pyinit.run.events import boottime
+from pyinit.runlog.events import boottime
 
 # Where a worker finds the portable caches' file (set by pyinit run), and its name.
 COMPILE_CACHE_ENV, COMPILE_CACHE_FILE = "PYINIT_COMPILE_CACHE_FILE", "compile-cache.bin"

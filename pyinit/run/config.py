@@ -4,7 +4,7 @@ and :class:`RunConfig`, the frozen value every later step takes, built by
 :func:`config_from_args` with every check done there and nowhere else.
 
 ``--run-dir`` has no environment fallback: ``PYINIT_RUN_DIR`` is what a run
-tells its own agent and workers (``pyinit.run.events``), so a run started
+tells its own agent and workers (``pyinit.runlog.events``), so a run started
 from inside a worker would otherwise write into its parent's folder.
 """
 

@@ -34,16 +34,16 @@ from pyinit.run import store
 from pyinit.run.agent import AGENT_LOG, COMPILED_MARK, FAILURES_FILE, PRELOAD_OPTION
 from pyinit.run.compiles import COMPILE_CACHE_ENV, COMPILE_CACHE_FILE
 from pyinit.run.config import RunConfig
-from pyinit.run.events import RUN_DIR_ENV, EventLog, boottime, process_start
 from pyinit.run.liveness import JoinWatch, Liveness
 from pyinit.run.nodes import Nodes, find_nodes
 from pyinit.run.preflight import preflight
 from pyinit.run.preload import DEFAULT_PRELOADS
-from pyinit.run.progress import TEARDOWN_S, teardown_path
 from pyinit.run.stall import StallWatch, flight_recorder_env
-from pyinit.run.steps import FOLDER as STEPS_FOLDER
 from pyinit.run.store import Store
 from pyinit.run.warm import client, protocol
+from pyinit.runlog.events import RUN_DIR_ENV, EventLog, boottime, process_start
+from pyinit.runlog.progress import TEARDOWN_S, teardown_path
+from pyinit.runlog.steps import FOLDER as STEPS_FOLDER
 
 # What the core's supervisor takes: the signals it forwards, and SIGCHLD.
 SUPERVISED = {*protocol.FORWARDED, signal.SIGCHLD}

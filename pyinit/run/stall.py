@@ -3,7 +3,7 @@ steps stopped is a named failure within the timeout, not 10-30 minutes of
 every other rank waiting in NCCL's watchdog.
 
 The watch runs in the supervisor's loop (four times a second) over the
-workers' progress files (see ``pyinit.run.progress``), as a state machine
+workers' progress files (see ``pyinit.runlog.progress``), as a state machine
 whose ticks never wait. When a live rank has made no step for the timeout
 since its last one, it
 
@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, NoReturn
 
-from pyinit.run.events import EventLog, boottime, process_alive
-from pyinit.run.progress import STACK_SIGNAL, Progress, read_progress, stack_path
+from pyinit.runlog.events import EventLog, boottime, process_alive
+from pyinit.runlog.progress import STACK_SIGNAL, Progress, read_progress, stack_path
 
 STACK_WAIT_S = 2.0
 FLIGHT_RECORDER_WAIT_S = 10.0

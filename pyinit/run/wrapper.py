@@ -8,7 +8,7 @@
   script's help: its start, ``import torch``, the device's initialisation, the
   process group's, the first optimizer step and the last (hooks on torch's own
   functions, installed before the script runs);
-- its progress for the stall watch (``pyinit.run.progress``): a step count
+- its progress for the stall watch (``pyinit.runlog.progress``): a step count
   and a heartbeat, and its stacks on request (faulthandler).
 
 ``pyinit run`` starts it two ways. By default torchrun forks each worker from
@@ -43,9 +43,10 @@ from pyinit.phases import install as install_phases
 from pyinit.phases import phase
 from pyinit.run.agent import COMPILED_MARK
 from pyinit.run.compiles import COMPILE_CACHE_ENV, CompileMarks, load_portable
-from pyinit.run.events import EventLog, boottime, process_start
 from pyinit.run.preload import COMPILE_PRELOADS
-from pyinit.run.progress import (
+from pyinit.run.store import FD_ENV as STORE_FD_ENV
+from pyinit.runlog.events import EventLog, boottime, process_start
+from pyinit.runlog.progress import (
     STACK_SIGNAL,
     TEARDOWN_S,
     ProgressWriter,
@@ -54,8 +55,7 @@ from pyinit.run.progress import (
     stack_path,
     teardown_path,
 )
-from pyinit.run.steps import StepLog, steps_path
-from pyinit.run.store import FD_ENV as STORE_FD_ENV
+from pyinit.runlog.steps import StepLog, steps_path
 
 
 def _record(status_dir: Path, code: int) -> None:

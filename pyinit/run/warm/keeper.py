@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from typing import Any, NoReturn
 
 from pyinit import _native
-from pyinit.run.events import boottime
 from pyinit.run.warm import protocol
+from pyinit.runlog.events import boottime
 
 # What the warm interpreter and each keeper wait for besides their sockets.
 WAITED = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyinit.run.events import boottime, process_start
 from pyinit.run.preload import (
     COMPILE_PRELOADS,
     DEFAULT_PRELOADS,
@@ -42,6 +41,7 @@ from pyinit.run.preload import (
 from pyinit.run.warm import protocol
 from pyinit.run.warm.intake import REPLY_TIMEOUT_S, Intake
 from pyinit.run.warm.keeper import WAITED, keep, reaped
+from pyinit.runlog.events import boottime, process_start
 
 
 def say(line: str) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pyinit.errors import InputError
 from pyinit.jsonfile import MalformedJson, open_input, parse_json
-from pyinit.run.events import FILE_NAME
+from pyinit.runlog.events import FILE_NAME
 
 # (event name, label, who records it), in the order they happen.
 PHASES = (

@@ -1,4 +1,4 @@
-"""``pyinit report``'s page: the accounted run (``pyinit.run.report``) as one
+"""``pyinit report``'s page: the accounted run (``pyinit.analysis.report``) as one
 HTML file of inline SVG charts, readable with no server and no script."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from pyinit.run import timeline
-from pyinit.run.report import (
+from pyinit.analysis import timeline
+from pyinit.analysis.report import (
     CATEGORIES,
     COLOURS,
     LABELS,

@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from pyinit.run.events import EventLog
+from pyinit.runlog.events import EventLog
 
 RECORD = struct.Struct("<qqddd")  # attempt, step, end, data wait, checkpoint (seconds)
 FOLDER = "steps"

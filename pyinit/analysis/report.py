@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
+from pyinit.analysis import timeline
 from pyinit.errors import InputError
 from pyinit.jsonfile import open_input
-from pyinit.run import timeline
-from pyinit.run.steps import FOLDER, RECORD
+from pyinit.runlog.steps import FOLDER, RECORD
 
 STEP_DTYPE = np.dtype(
     [("attempt", "<i8"), ("step", "<i8"), ("end", "<f8"), ("data", "<f8"), ("checkpoint", "<f8")]

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyinit.run.events import boottime
+from pyinit.runlog.events import boottime
 
 LAYOUT = struct.Struct("<qqdd")
 # A real-time signal: scripts rarely use them, unlike USR1/USR2.
