@@ -18,7 +18,8 @@ import pytest
 from conftest import NODES
 
 from pyinit.errors import EXIT_STALLED
-from pyinit.run.stall import locate, read_flight_recorder
+from pyinit.run.flight_recorder import read_flight_recorder
+from pyinit.run.stall import locate
 from pyinit.runlog.events import process_alive
 
 JOB = textwrap.dedent("""
@@ -166,22 +167,21 @@ def test_only_this_stalls_flight_recorder_dumps_count(tmp_path):
     """A second stall, or a reused --run-dir, once read the old dumps and could
     name the wrong rank; a user's TORCH_NCCL_DEBUG_INFO_TEMP_FILE was not
     looked at. Dumps there before the stall was found are not its own."""
-    from pyinit.run.stall import StallWatch, _Gathering
-    from pyinit.runlog.events import EventLog
+    from pyinit.run.flight_recorder import FlightRecorder
 
     recorded = Path(__file__).parent / "data" / "flight-recorder" / "rank_0"
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "trace_0").write_bytes(recorded.read_bytes())  # an old dump
     env = {"TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(mine / "trace_")}
-    watch = StallWatch(tmp_path, tmp_path, 5, 0, EventLog(tmp_path / "e.jsonl"), sys.stderr, env)
-    before = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in watch._dumps()}
+    recorder = FlightRecorder.of_run(tmp_path, tmp_path, env)
+    before = recorder.stamps()
     assert list(before) == [mine / "trace_0"]
-    g = _Gathering(1, tmp_path, 0.0, [], [], {}, 0.0, 0.0, before, 1)
-    assert watch._new_dumps(g) == []
+    assert recorder.new_dumps(before) == []
     (mine / "trace_1").write_bytes(recorded.read_bytes())  # this stall's
-    assert watch._new_dumps(g) == [mine / "trace_1"]
-    assert read_flight_recorder(watch._new_dumps(g), "trace_").keys() == {1}
+    assert recorder.new_dumps(before) == [mine / "trace_1"]
+    assert recorder.read(recorder.new_dumps(before)).keys() == {1}
+    assert read_flight_recorder(recorder.new_dumps(before), "trace_").keys() == {1}
 
 
 def test_the_flight_recorder_says_who_is_behind(tmp_path):

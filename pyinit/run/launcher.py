@@ -34,11 +34,12 @@ from pyinit.run import store
 from pyinit.run.agent import AGENT_LOG, COMPILED_MARK, FAILURES_FILE, PRELOAD_OPTION
 from pyinit.run.compiles import COMPILE_CACHE_ENV, COMPILE_CACHE_FILE
 from pyinit.run.config import RunConfig
+from pyinit.run.flight_recorder import flight_recorder_env
 from pyinit.run.liveness import JoinWatch, Liveness
 from pyinit.run.nodes import Nodes, find_nodes
 from pyinit.run.preflight import preflight
 from pyinit.run.preload import DEFAULT_PRELOADS
-from pyinit.run.stall import StallWatch, flight_recorder_env
+from pyinit.run.stall import StallWatch
 from pyinit.run.store import Store
 from pyinit.run.warm import client, protocol
 from pyinit.runlog.events import RUN_DIR_ENV, EventLog, boottime, process_start

@@ -23,39 +23,22 @@ since its last one, it
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
-import pickle
 import re
 import signal
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, NoReturn
+from typing import IO
 
+from pyinit.run.flight_recorder import FlightRecorder, Traced
 from pyinit.runlog.events import EventLog, boottime, process_alive
 from pyinit.runlog.progress import STACK_SIGNAL, Progress, read_progress, stack_path
 
 STACK_WAIT_S = 2.0
 FLIGHT_RECORDER_WAIT_S = 10.0
-PIPE_PREFIX = "flight-recorder-pipe-rank_"
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)')
-
-
-TEMP_FILE_ENV = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"
-PIPE_FILE_ENV = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"
-
-
-def flight_recorder_env(run_dir: Path, status_dir: Path) -> dict[str, str]:
-    """PyTorch's NCCL flight recorder on, dumped on request into RUN_DIR
-    (unless the user's environment names other places, which the watch then uses)."""
-    (run_dir / "flight-recorder").mkdir(parents=True, exist_ok=True)
-    return {
-        "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
-        TEMP_FILE_ENV: str(run_dir / "flight-recorder" / "rank_"),
-        PIPE_FILE_ENV: str(status_dir / PIPE_PREFIX),
-    }
 
 
 @dataclass(frozen=True)
@@ -64,43 +47,6 @@ class Where:
 
     frame: str  # the innermost frame outside torch and pod-init: "train.py:12 in main"
     collective: str | None  # the torch.distributed call it waits in, if any
-
-
-@dataclass(frozen=True)
-class Traced:
-    """A rank's NCCL flight recorder, as far as a stall needs it."""
-
-    last_seq: int  # the highest collective sequence number it reached
-    pending: str | None  # the first collective not completed ("nccl:all_reduce #11")
-
-
-class _PlainUnpickler(pickle.Unpickler):
-    """torch's dump holds dicts, lists and scalars only: refuse anything else."""
-
-    def find_class(self, module: str, name: str) -> NoReturn:
-        raise pickle.UnpicklingError(f"{module}.{name} is not plain data")
-
-
-def read_flight_recorder(paths: list[Path], prefix: str = "rank_") -> dict[int, Traced]:
-    """Each dump (PREFIX + rank, RUN_DIR/flight-recorder/rank_N by default)
-    that reads as torch writes it."""
-    traced = {}
-    for path in paths:
-        try:
-            with path.open("rb") as f:
-                entries = _PlainUnpickler(f).load()["entries"]
-            rank = int(path.name.removeprefix(prefix))
-        except (OSError, ValueError, KeyError, TypeError, pickle.UnpicklingError, EOFError):
-            continue
-        seqs = [e["collective_seq_id"] for e in entries]
-        pending = [e for e in entries if e.get("state") != "completed"]
-        first = (
-            f"{pending[0]['profiling_name']} #{pending[0]['collective_seq_id']}"
-            if pending
-            else None
-        )
-        traced[rank] = Traced(max(seqs, default=0), first)
-    return traced
 
 
 def locate(dump: str) -> Where | None:
@@ -137,6 +83,26 @@ class _Gathering:
     growing: dict[int, int] = field(default_factory=dict)  # stack sizes seen last tick
 
 
+def judge(stalled: list[Progress], stacks: dict[int, str],
+          traced: dict[int, Traced]) -> tuple[dict[int, Where | None], list[int]]:  # fmt: skip
+    """Where each stalled rank is, and which are the cause: those outside a
+    collective (the others wait for them) or, when every stalled rank's
+    flight recorder was read, those behind the rest."""
+    where = {p.rank: locate(stacks.get(p.rank, "")) for p in stalled}
+    causes = [p.rank for p in stalled if where[p.rank] is None or not where[p.rank].collective]
+    if traced and {p.rank for p in stalled} <= set(traced):
+        # NCCL's calls return before the work is done, so the Python stack of a
+        # rank that waits shows a synchronize, not the collective: the recorder
+        # knows which collective each rank reached.
+        behind = min(t.last_seq for t in traced.values())
+        causes = [p.rank for p in stalled if traced[p.rank].last_seq == behind]
+        for p in stalled:
+            place = where[p.rank]
+            if p.rank not in causes and place is not None:
+                where[p.rank] = Where(place.frame, traced[p.rank].pending)
+    return where, causes
+
+
 class StallWatch:
     """The stall watch, as a state machine the supervisor's tick drives: a
     tick only reads the progress files, starts requests (stack signals,
@@ -153,9 +119,7 @@ class StallWatch:
         self._node = node
         self._log = log
         self._out = out
-        # Where torch writes its dumps and watches its pipes: the run's own, or the user's.
-        self._dump_prefix = Path(env.get(TEMP_FILE_ENV, run_dir / "flight-recorder" / "rank_"))
-        self._pipe_prefix = Path(env.get(PIPE_FILE_ENV, status_dir / PIPE_PREFIX))
+        self._recorder = FlightRecorder.of_run(run_dir, status_dir, env)
         self._announce = announce  # tells the other nodes this node's verdict
         self._ended: set[int] = set()  # pids already ended for a stall
         self._peer_verdicts: list[dict] = []  # appended by the peer watcher's thread
@@ -218,8 +182,8 @@ class StallWatch:
         folder.mkdir(parents=True, exist_ok=True)
         # Dumps already there (an earlier stall, a reused --run-dir, the user's
         # folder) are not this stall's: only new or rewritten ones count.
-        before = {p: _stamp(p) for p in self._dumps()}
-        asked = self._request_flight_recorder()
+        before = self._recorder.stamps()
+        asked = self._recorder.request()
         sizes = {}
         for p in live:
             path = stack_path(self._status_dir, p.rank)
@@ -245,7 +209,8 @@ class StallWatch:
             g.growing[p.rank] = size
         now = time.monotonic()
         stacks_done = len(g.dumps) == len(g.live) or now >= g.stacks_by
-        recorder_done = len(self._new_dumps(g)) >= g.asked or now >= g.recorder_by
+        recorder_done = len(self._recorder.new_dumps(g.recorder_before)) >= g.asked \
+            or now >= g.recorder_by  # fmt: skip
         if stacks_done and recorder_done:
             self._conclude(g)
 
@@ -253,20 +218,9 @@ class StallWatch:
         self._gathering = None
         for rank, text in g.dumps.items():
             (g.folder / f"stack-rank{rank}.txt").write_text(text)
-        recorded = self._new_dumps(g)
+        recorded = self._recorder.new_dumps(g.recorder_before)
         stalled, now = g.stalled, g.found
-        where = {p.rank: locate(g.dumps.get(p.rank, "")) for p in stalled}
-        causes = [p.rank for p in stalled if where[p.rank] is None or not where[p.rank].collective]
-        traced = read_flight_recorder(recorded, self._dump_prefix.name)
-        if traced and {p.rank for p in stalled} <= set(traced):
-            # NCCL's calls return before the work is done, so the Python stack of a
-            # rank that waits shows a synchronize, not the collective: the recorder
-            # knows which collective each rank reached.
-            behind = min(t.last_seq for t in traced.values())
-            causes = [p.rank for p in stalled if traced[p.rank].last_seq == behind]
-            for p in stalled:
-                if p.rank not in causes and where[p.rank] is not None:
-                    where[p.rank] = Where(where[p.rank].frame, traced[p.rank].pending)
+        where, causes = judge(stalled, g.dumps, self._recorder.read(recorded))
         waiting = [p.rank for p in stalled if p.rank not in causes]
         ranks = [
             {"rank": p.rank, "node": self._node, "pid": p.pid, "last_step": p.steps,
@@ -293,37 +247,3 @@ class StallWatch:
                   f"{idle:.1f} s after step {p.steps}, {doing}", file=self._out)  # fmt: skip
         print(f"pyinit run: stall: stacks in {g.folder}; ending the worker group", file=self._out)
         self._kill(g.live)
-
-    def _dumps(self) -> list[Path]:
-        folder, prefix = self._dump_prefix.parent, self._dump_prefix.name
-        return sorted(folder.glob(f"{glob.escape(prefix)}*")) if folder.is_dir() else []
-
-    def _new_dumps(self, g: _Gathering) -> list[Path]:
-        """This stall's dumps: written since it was found, not empty."""
-        return [p for p in self._dumps()
-                if _stamp(p) != g.recorder_before.get(p) and _stamp(p)[1] > 0]  # fmt: skip
-
-    def _request_flight_recorder(self) -> int:
-        """A byte into each rank's pipe: torch dumps its NCCL trace (NCCL only).
-        Returns how many ranks were asked."""
-        asked = 0
-        folder, prefix = self._pipe_prefix.parent, self._pipe_prefix.name
-        for pipe in folder.glob(f"{glob.escape(prefix)}*.pipe") if folder.is_dir() else []:
-            try:
-                fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
-            except OSError:  # no reader: that rank's group is gone or not NCCL
-                continue
-            try:
-                os.write(fd, b"1")
-                asked += 1
-            finally:
-                os.close(fd)
-        return asked
-
-
-def _stamp(path: Path) -> tuple[int, int]:
-    try:
-        st = path.stat()
-    except OSError:
-        return (0, 0)
-    return (st.st_mtime_ns, st.st_size)

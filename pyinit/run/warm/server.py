@@ -11,7 +11,8 @@ forked ahead, a spare pair waiting for the next launch):
   behind another), compares a launch with itself, and hands it to the spare;
 - the keeper and the agent (``keeper``) run the launch.
 
-Its own lines go to ``warm.log`` beside the socket.
+What it holds and how a launch compares with it is ``interpreter.Warm``. Its
+own lines go to ``warm.log`` beside the socket.
 """
 
 from __future__ import annotations
@@ -31,134 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from pyinit.run.preload import (
-    COMPILE_PRELOADS,
-    DEFAULT_PRELOADS,
     PreloadError,
     fork_unsafe,
-    import_all,
     parse,
 )
 from pyinit.run.warm import protocol
 from pyinit.run.warm.intake import REPLY_TIMEOUT_S, Intake
+from pyinit.run.warm.interpreter import Spare, Warm, say
 from pyinit.run.warm.keeper import WAITED, keep, reaped
-from pyinit.runlog.events import boottime, process_start
-
-
-def say(line: str) -> None:
-    print(f"pyinit warm: {line}", file=sys.stderr, flush=True)
-
-
-class Warm:
-    """The warm interpreter's state: what it imported, from which files,
-    how it compares, what it has served."""
-
-    def __init__(self, preloads: tuple[str, ...], idle_timeout: float, defer_compile: bool):
-        self.preloads = tuple(dict.fromkeys((*DEFAULT_PRELOADS, *preloads)))
-        # Imported after the first launch is served, one per idle turn of the loop,
-        # when a run started this interpreter for itself (it waits for the rest).
-        self.deferred = list(COMPILE_PRELOADS) if defer_compile else []
-        self.idle_timeout = idle_timeout
-        self.started = time.time()
-        self.launches = 0
-        self.keepers: set[int] = set()  # launches running
-        self.spare: Spare | None = None
-        self.start_env = dict(os.environ)
-        self.identity = protocol.Identity.here(self.start_env, protocol.agent_sys_path())
-        self.set_by_import: dict[str, str] = {}
-        self.read_at_import: frozenset[str] = frozenset()
-        self.files: dict[str, tuple[int, int, int]] = {}
-        self.imported = (process_start(), 0.0)  # CLOCK_BOOTTIME: the start, and ready
-
-    def load(self) -> None:
-        """The preloads, the agent's own imports, and a record of each file."""
-        with protocol.recording_environ_reads() as seen:
-            import_all(self.preloads)
-            import_all(("torch.distributed.run", "pyinit.run.agent", "pyinit.run.store",
-                        "pyinit.run.wrapper"))  # fmt: skip
-            import_all(() if self.deferred else COMPILE_PRELOADS)
-        self._imported(seen)
-        self.imported = (self.imported[0], boottime())
-
-    def load_deferred(self) -> str:
-        """The next deferred preload imported; why this interpreter may no
-        longer fork ("" when it may). One that fails to import is said and
-        left out: a compiled script imports it itself."""
-        name = self.deferred.pop(0)
-        with protocol.recording_environ_reads() as seen:
-            try:
-                import_all((name,))
-            except PreloadError as error:
-                say(f"{error} (left to the scripts that compile)")
-        self._imported(seen | self.read_at_import)
-        return fork_unsafe()
-
-    def _imported(self, seen: set[str] | frozenset[str]) -> None:
-        """What the imports so far read and set, and the files they loaded."""
-        self.read_at_import = frozenset(seen)
-        # As they were before the imports, which set some (torch sets
-        # TORCHINDUCTOR_CACHE_DIR): what a fresh start would have met.
-        self.identity.import_env = {k: v for k, v in self.start_env.items()
-                                    if protocol.import_time(k) or k in seen}  # fmt: skip
-        self.set_by_import = {k: v for k, v in os.environ.items() if self.start_env.get(k) != v}
-        self.files = loaded_files()
-
-    def difference(self, request: dict[str, Any]) -> str:
-        """Why this launch cannot be served here ("" when it can)."""
-        missing = [m for m in request.get("preloads", []) if m not in self.preloads]
-        if missing:
-            return f"the warm interpreter has not preloaded {', '.join(missing)}"
-        why = self.identity.difference(request.get("identity", {}), request.get("env", {}),
-                                       self.read_at_import)  # fmt: skip
-        if why:
-            return why
-        for name, (_soft, hard) in request.get("limits", {}).items():
-            _, mine = resource.getrlimit(getattr(resource, name))
-            if mine != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or hard > mine):
-                return f"{name}'s hard limit is lower in the warm interpreter ({mine} < {hard})"
-        return changed_file(self.files)
-
-    def status(self) -> dict[str, Any]:
-        memory = _memory(os.getpid())
-        return {"pid": os.getpid(), "python": sys.executable, "preloads": list(self.preloads),
-                "age_s": round(time.time() - self.started, 1), "launches": self.launches,
-                "running": len(self.keepers), "idle_timeout_s": self.idle_timeout,
-                "compile_preloads_pending": len(self.deferred), **memory}  # fmt: skip
-
-
-def loaded_files() -> dict[str, tuple[int, int, int]]:
-    """Every loaded module's file, as it is on disk now (mtime, size, inode)."""
-    found = {}
-    for module in list(sys.modules.values()):
-        path = getattr(module, "__file__", None)
-        if isinstance(path, str) and path not in found:
-            with contextlib.suppress(OSError):
-                info = os.stat(path)
-                found[path] = (info.st_mtime_ns, info.st_size, info.st_ino)
-    return found
-
-
-def changed_file(files: dict[str, tuple[int, int, int]]) -> str:
-    """The first loaded module file changed on disk since it was imported."""
-    for path, was in files.items():
-        try:
-            info = os.stat(path)
-        except OSError:
-            return f"{path} is gone since the warm interpreter imported it"
-        if (info.st_mtime_ns, info.st_size, info.st_ino) != was:
-            return f"{path} changed since the warm interpreter imported it"
-    return ""
-
-
-def _memory(pid: int) -> dict[str, int]:
-    """Resident and proportional set sizes (the workers' shared pages count
-    once in PSS, split among those that share them)."""
-    found = {}
-    for name, key in (("status", "VmRSS"), ("smaps_rollup", "Pss")):
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{pid}/{name}").read_text().splitlines():
-                if line.startswith(key + ":"):
-                    found[f"{key.lower().removeprefix('vm')}_bytes"] = int(line.split()[1]) * 1024
-    return found
 
 
 def bind(path: Path) -> socket.socket:
@@ -370,16 +251,6 @@ def _launch(warm: Warm, channels: Channels, conn: socket.socket, request: dict[s
     spare.channel.close()
     warm.launches += 1
     warm.keepers.add(spare.pid)
-
-
-@dataclass
-class Spare:
-    """A keeper and its agent, forked ahead of the next launch and waiting
-    for it: a launch pays for neither fork (each copies the page tables of
-    everything imported)."""
-
-    pid: int
-    channel: socket.socket  # the warm interpreter's end; closed: the spare ends
 
 
 def fork_spare(warm: Warm, channels: Channels) -> Spare:
