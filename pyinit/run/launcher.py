@@ -151,6 +151,12 @@ def run(config: RunConfig, nvml_backend: Any = None, out: IO[str] = sys.stderr) 
     ended = False
     try:
         log.write("start", argv=sys.argv, nodes=nodes.to_dict(), pid=os.getpid())
+        if config.leave_warm:
+            # First, so its imports go on beside the preflight and the NCCL files;
+            # and before launch() makes this process a subreaper: the warm
+            # interpreter detaches, and must not re-parent here, where
+            # end_children() would end it.
+            _start_warm(config, log, out)
         plan = prepare(config, nodes, folder, log, liveness, rendezvous, entered, nvml_backend,
                        out)  # fmt: skip
         if plan is None:
@@ -260,10 +266,6 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
     config, log, liveness, nodes = plan.config, plan.log, plan.liveness, plan.nodes
     monitor = None
     parent = os.getpid()
-    if config.leave_warm:
-        # Before this process becomes a subreaper: the warm interpreter detaches,
-        # and must not re-parent here, where end_children() would end it.
-        _start_warm(plan, out)
     if config.monitor_interval > 0:
         # The golden metrics beside the run, in the run's folder. Started before the
         # signals are blocked below, so it can be ended with TERM.
@@ -383,24 +385,24 @@ def _hand_over(plan: Plan, out: IO[str]) -> client.WarmLaunch | None:
     return warm
 
 
-def _start_warm(plan: Plan, out: IO[str]) -> None:
+def _start_warm(config: RunConfig, log: EventLog, out: IO[str]) -> None:
     """A warm interpreter with this run's preloads, unless one runs already:
     started, not waited for. This launch is handed to it (waiting for its
     imports, as the cold agent would have waited for its own) and so is the
     next. Said every time when asked (--keep-warm), the first time only when
     not (a mark in the socket's folder)."""
     try:
-        if client.request("status", plan.env) is not None:
+        if client.request("status") is not None:
             return
         # pyinit run's own environment: the run's additions are per launch.
-        code, said = client.start(plan.config.preloads, protocol.DEFAULT_IDLE_TIMEOUT_S,
+        code, said = client.start(config.preloads, protocol.DEFAULT_IDLE_TIMEOUT_S,
                                   wait_ready=False, defer_compile=True)  # fmt: skip
         if code:
             print(f"pyinit run: no warm interpreter for the next launch: {said}", file=out)
             return
-        plan.log.write("warm_started", asked=plan.config.leave_warm == "asked")
+        log.write("warm_started", asked=config.leave_warm == "asked")
         noted = protocol.folder() / protocol.NOTED_NAME
-        if plan.config.leave_warm == "asked":
+        if config.leave_warm == "asked":
             print("pyinit run: a warm interpreter is starting for this launch and the next "
                   "(pyinit warm status)", file=out)  # fmt: skip
         elif not noted.exists():
