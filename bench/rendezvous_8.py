@@ -60,7 +60,10 @@ def launch(tool: str, names: list[str], folder: Path, port: int) -> float:
                        "--master-port", str(port), str(script)]  # fmt: skip
         # Plain torchrun's gloo would bind to the host name's address (127.0.0.1
         # here) and never connect: the interface is given by hand, as a user must.
-        env = {**os.environ, "GLOO_SOCKET_IFNAME": "eth0"} if tool == "torchrun" else None
+        # pyinit run as launched cold, with no warm interpreter left behind: the
+        # rendezvous is what is timed, and the eight nodes share one machine's /tmp.
+        env = ({**os.environ, "GLOO_SOCKET_IFNAME": "eth0"} if tool == "torchrun"
+               else {**os.environ, "PYINIT_WARM": "off"})  # fmt: skip
         procs.append(subprocess.Popen(["ip", "netns", "exec", ns, *command], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True))  # fmt: skip

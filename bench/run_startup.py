@@ -28,10 +28,13 @@ TARGET_IMPORT_MS = 100.0
 
 
 def spawn_ms(pyinit: str | Path, script: Path, run_dir: Path, *options: str) -> float:
-    """From starting `pyinit run` (with `options`) to its spawn event, in ms."""
+    """From starting `pyinit run` (with `options`) to its spawn event, in ms:
+    the launcher's own cost, so with no warm interpreter used or left behind
+    (PYINIT_WARM=off; an earlier commit ignores it)."""
     start = time.time()
     subprocess.run([pyinit, "run", "--nproc-per-node", "1", *options, "--run-dir", run_dir, "--",
-                    script], check=True, capture_output=True)  # fmt: skip
+                    script], check=True, capture_output=True,
+                   env=dict(os.environ, PYINIT_WARM="off"))  # fmt: skip
     lines = (run_dir / "events.jsonl").read_text().splitlines()
     spawn = next(e for e in map(json.loads, reversed(lines)) if e["event"] == "spawn")
     return (spawn["time"] - start) * 1e3
