@@ -69,13 +69,20 @@ def write_json(path: str | os.PathLike[str], document: Any, indent: int | None =
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Writes text whole or not at all (a temporary name, fsync, rename)."""
+    """Writes text whole or not at all (see write_bytes)."""
+    return write_bytes(path, text.encode("utf-8"))
+
+
+def write_bytes(path: str | os.PathLike[str], data: bytes, mode: int = 0o666) -> Path:
+    """Writes bytes whole or not at all (a temporary name, fsync, rename),
+    created with `mode` less the umask."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     temp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     try:
-        with open(temp, "w", encoding="utf-8") as f:
-            f.write(text)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(temp, target)

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pyinit.jsonfile import write_bytes
 from pyinit.runlog.events import boottime
 
 # Where a worker finds the portable caches' file (set by pyinit run), and its name.
@@ -209,9 +210,8 @@ def load_portable(path: Path, event: Callable[..., None]) -> None:
     if info is None:  # torch says what was wrong with it in a warning of its own
         event("compile cache", path=str(path), loaded=False, error="not torch's portable caches")
         return
-    kinds = {kind: len(keys) for kind, keys in info.artifacts.items()}
-    event("compile cache", path=str(path), loaded=True, bytes=len(data), artifacts=kinds,
-          seconds=round(time.monotonic() - began, 6))  # fmt: skip
+    event("compile cache", path=str(path), loaded=True, bytes=len(data),
+          artifacts=_artifact_counts(info), seconds=round(time.monotonic() - began, 6))  # fmt: skip
 
 
 def save_portable(path: Path, event: Callable[..., None]) -> None:
@@ -225,15 +225,15 @@ def save_portable(path: Path, event: Callable[..., None]) -> None:
     if saved is None:
         return
     data, info = saved
-    partial = path.with_name(f".{path.name}.{os.getpid()}")
     try:
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(partial, path)
+        write_bytes(path, data, mode=0o600)  # others may not write it (see _refusal)
     except OSError as error:  # a full disk: the run goes on, a later node compiles
-        partial.unlink(missing_ok=True)
         event("compile cache", path=str(path), saved=False, error=error.strerror or str(error))
         return
-    kinds = {kind: len(keys) for kind, keys in info.artifacts.items()}
-    event("compile cache", path=str(path), saved=True, bytes=len(data), artifacts=kinds)
+    event("compile cache", path=str(path), saved=True, bytes=len(data),
+          artifacts=_artifact_counts(info))  # fmt: skip
+
+
+def _artifact_counts(info: Any) -> dict[str, int]:
+    """torch's CacheInfo as a count of artifacts by kind (inductor, aot_autograd...)."""
+    return {kind: len(keys) for kind, keys in info.artifacts.items()}
