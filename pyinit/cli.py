@@ -164,6 +164,14 @@ def build_parser(argv: list[str]) -> tuple[_Parser, _Parser | None]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if (
+        nvml_backend is None
+        and _first_word(argv, COMMANDS) == "check"
+        and not any(a.startswith("--nvml-replay") for a in argv)
+    ):
+        from pyinit.nvml import begin_driver_init
+
+        begin_driver_init()
     try:
         parser, command = build_parser(argv)
         args, unknown = parser.parse_known_args(argv)

@@ -125,3 +125,49 @@ def test_a_drain_that_cannot_reach_slurm_is_one_line_and_keeps_the_status(pyinit
     assert done.stdout.startswith("POD-INIT CHECK CRITICAL")
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("pyinit check: could not drain gpu-07: ")
+
+
+def test_nvml_starts_early_in_its_own_thread_and_open_waits_for_it(monkeypatch):
+    """`pyinit check` starts nvmlInit before its imports; the backend's open()
+    must find that init finished, and still report an init that failed."""
+    import sys
+    import threading
+    import types
+
+    from pyinit import nvml
+
+    calls = []
+    released = threading.Event()
+
+    class NVMLError(Exception):
+        pass
+
+    def init():
+        calls.append(threading.current_thread().name)
+        if len(calls) == 1:
+            released.wait(5)  # the driver's slow first init
+            raise NVMLError("Driver Not Loaded")
+        raise NVMLError("Driver Not Loaded")
+
+    monkeypatch.setitem(
+        sys.modules, "pynvml", types.SimpleNamespace(nvmlInit=init, NVMLError=NVMLError)
+    )
+    monkeypatch.setattr(nvml, "_early_init", None)
+    nvml.begin_driver_init()
+    opened = []
+    opener = threading.Thread(target=lambda: opened.append(_open_error(nvml)))
+    opener.start()
+    opener.join(0.3)
+    assert opener.is_alive() and calls == ["nvml-init"]  # open() waits for the early init
+    released.set()
+    opener.join(5)
+    assert calls == ["nvml-init", opener.name]
+    assert opened == ["NVML did not initialise: Driver Not Loaded"]
+
+
+def _open_error(nvml):
+    try:
+        nvml.PynvmlBackend().open()
+    except nvml.NvmlUnavailable as e:
+        return str(e)
+    return None
