@@ -281,7 +281,8 @@ def span_seconds(spans: list[dict]) -> float:
 
 def compile_note(events: list[dict]) -> str:
     """What the first step compiled, from the ranks' compile summaries (the
-    first attempt's): graphs, inductor's cache lookups, autotuning."""
+    first attempt's): graphs, inductor's cache lookups, the graphs AOTAutograd
+    would not cache, autotuning."""
     found = [e for e in events if e.get("event") == "compile summary"
              and e.get("at") == "first step" and e.get("attempt", 0) == 0]  # fmt: skip
     if not found:
@@ -294,6 +295,9 @@ def compile_note(events: list[dict]) -> str:
     lookups = most("inductor_cache_hits") + most("inductor_cache_misses")
     note = (f"{most('graphs'):g} graphs; {most('inductor_cache_hits'):g} of {lookups:g} "
             f"inductor cache lookups hit")  # fmt: skip
+    if most("aot_cache_bypasses"):
+        note += (f"; {most('aot_cache_bypasses'):g} graphs past AOTAutograd's cache "
+                 "(traced at every start)")  # fmt: skip
     autotune = most("autotune_s")
     return note + (f"; autotuning {autotune:.2f} s" if autotune else "")
 

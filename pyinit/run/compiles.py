@@ -61,6 +61,9 @@ COUNTERS = {
     "inductor_cache_misses": ("inductor", "fxgraph_cache_miss"),
     "aot_cache_hits": ("aot_autograd", "autograd_cache_hit"),
     "aot_cache_misses": ("aot_autograd", "autograd_cache_miss"),
+    # Graphs AOTAutograd would not cache: DDP around a compiled module splits
+    # the graph at its buckets, and torch traces each piece again every start.
+    "aot_cache_bypasses": ("aot_autograd", "autograd_cache_bypass"),
 }
 
 
