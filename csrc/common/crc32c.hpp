@@ -1,5 +1,6 @@
 // CRC-32C (Castagnoli), the checksum of iSCSI, ext4 metadata and many
-// storage formats: the SSE4.2 instruction where the CPU has it, else a table.
+// storage formats: the SSE4.2 instruction in three interleaved lanes where the
+// CPU has it, else a table.
 #pragma once
 
 #include <cstddef>

@@ -14,6 +14,32 @@ TEST(Crc32c, KnownValue) {
   EXPECT_EQ(crc32c(0, "123456789", 9), 0xE3069283u);
 }
 
+// The definition, one bit at a time: what the lanes and tables must equal.
+uint32_t bitwise(const uint8_t* p, size_t length) {
+  uint32_t crc = ~0u;
+  for (size_t i = 0; i < length; ++i) {
+    crc ^= p[i];
+    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ ((crc & 1) ? 0x82F63B78u : 0);
+  }
+  return ~crc;
+}
+
+TEST(Crc32c, EveryLengthAndStartMatchesTheDefinition) {
+  std::mt19937 random(11);
+  std::vector<uint8_t> data((1 << 20) + 64);
+  for (uint8_t& byte : data) byte = static_cast<uint8_t>(random());
+  std::vector<size_t> lengths;
+  for (size_t n = 0; n < 100; ++n) lengths.push_back(n);
+  // Around the short (3 x 256) and long (3 x 8192) rounds and their sums.
+  for (size_t edge : {size_t{768}, size_t{1536}, size_t{24576}, size_t{24576 + 768}, size_t{49152},
+                      size_t{1} << 20})
+    for (size_t n : {edge - 9, edge - 1, edge, edge + 1, edge + 7, edge + 8}) lengths.push_back(n);
+  for (size_t start : {0, 1, 3, 8, 13})
+    for (size_t n : lengths)
+      ASSERT_EQ(crc32c(0, data.data() + start, n), bitwise(data.data() + start, n))
+          << "length " << n << " from " << start;
+}
+
 TEST(Crc32c, CombinedPartsEqualTheWhole) {
   std::mt19937 random(7);
   std::vector<uint8_t> data(3 << 20);
