@@ -21,6 +21,7 @@ from conftest import fill
 from pyinit import _native
 from pyinit.io import (
     ChecksumMismatch,
+    DirectReader,
     DirectWriter,
     crc32c,
     stored_checksum,
@@ -416,9 +417,9 @@ def test_every_dtype_round_trips_bit_exact_by_every_path(folder, small_blocks):
     tensors = every_dtype()
     path = folder / "all.safetensors"
     checkpoint.save(tensors, path)
-    assert bit_equal(tensors, checkpoint.load(path))  # whole file, one host block
-    # Through the staging blocks: what a device load does, here to the CPU.
-    assert bit_equal(tensors, checkpoint.load(path, keys=list(tensors)))
+    assert bit_equal(tensors, checkpoint.load(path))  # into the tensors' memory
+    keys = list(tensors)[::2]  # stretches with gaps between them
+    assert bit_equal({k: tensors[k] for k in keys}, checkpoint.load(path, keys=keys))
     assert bit_equal(tensors, safetensors.load_file(path))
     # The background path: snapshot, then the writer.
     checkpoint.save(tensors, path, background=True).wait(timeout=60)
@@ -438,6 +439,31 @@ def test_a_staged_save_hands_the_writer_every_byte_with_each_tensors_crc(folder,
     expected = [t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() for t in tensors]
     assert (folder / "drained.bin").read_bytes() == b"".join(expected)
     assert crcs == [crc32c(np.frombuffer(e, np.uint8)) for e in expected]
+
+
+def test_a_staged_load_fills_every_tensor_with_its_crc(folder, small_blocks):
+    """The device load's blocks, fed CPU targets: every byte lands, and each
+    tensor's CRC (taken off the waiting thread, piece by piece) is the one
+    the save recorded."""
+    import torch
+
+    from pyinit import checkpoint
+    from pyinit.checkpoint import staging
+    from pyinit.checkpoint.format import read_layout
+
+    tensors = every_dtype()
+    path = folder / "all.safetensors"
+    checkpoint.save(tensors, path)
+    with DirectReader(path) as reader:
+        layout = read_layout(reader, str(path))
+    targets = [torch.empty(e.shape, dtype=e.dtype) for e in layout.entries]
+    pieces = staging.pieces_of((0, e.begin, e.end, t)
+                               for e, t in zip(layout.entries, targets, strict=True))  # fmt: skip
+    crcs = staging.fill([str(path)], [layout.size], pieces, True, 32)
+    for key, (entry, target) in enumerate(zip(layout.entries, targets, strict=True)):
+        assert bit_equal({entry.name: tensors[entry.name]}, {entry.name: target})
+        if entry.end > entry.begin:
+            assert crcs[key] == entry.crc, entry.name
 
 
 def test_keys_load_a_subset_and_a_device_map_places_each_tensor(folder, small_blocks):
@@ -538,13 +564,13 @@ def test_a_file_that_shrinks_during_a_load_is_enodata_naming_it(folder, monkeypa
 
     path = folder / "ckpt.safetensors"
     checkpoint.save({"w": torch.ones(1 << 20)}, path)
-    read = staging._Readers.read
+    read = staging.Readers.read_into
 
-    def cut_then_read(self, window, block):
+    def cut_then_read(self, file, destination, offset):
         os.truncate(path, 8192)  # another writer, past the header
-        return read(self, window, block)
+        return read(self, file, destination, offset)
 
-    monkeypatch.setattr(staging._Readers, "read", cut_then_read)
+    monkeypatch.setattr(staging.Readers, "read_into", cut_then_read)
     with pytest.raises(OSError, match="the file shrank since it was opened") as shrank:
         checkpoint.load(path)
     assert shrank.value.errno == errno.ENODATA and shrank.value.filename == str(path)
@@ -743,3 +769,100 @@ def test_under_pyinit_run_a_damaged_dcp_checkpoint_is_one_line(pyinit_bin, folde
     assert lines[0].startswith("pyinit run: rank 0: checkpoint: ")
     assert f"{folder / 'ckpt' / '__0_0.distcp'}: item 'w'" in lines[0]
     assert "Traceback" not in proc.stderr and "CheckpointException" not in proc.stderr
+
+
+def test_a_cpu_load_reads_into_the_tensors_memory_with_no_second_copy(folder):
+    import torch
+
+    from pyinit import checkpoint
+    from pyinit.bench.checkpoint import HostPeak
+
+    state = {f"w{i}": torch.randn(1 << 20) for i in range(16)}  # 64 MiB
+    state["bias"] = torch.arange(7, dtype=torch.int16)
+    state["empty"] = torch.empty(0, 3)
+    path = folder / "ckpt.safetensors"
+    checkpoint.save(state, path)
+    size = path.stat().st_size
+    with HostPeak() as peak:
+        loaded = checkpoint.load(path)
+    for name, tensor in state.items():
+        assert torch.equal(loaded[name], tensor), name
+    # One allocation holds every tensor of the file: the bytes were read there
+    # and nowhere else (the staging blocks alone would be 128 MiB).
+    storages = {t.untyped_storage().data_ptr() for n, t in loaded.items() if n != "empty"}
+    assert len(storages) == 1
+    assert peak.bytes < 1.25 * size, (peak.bytes, size)
+    # Views of their own bytes only: writing one leaves its neighbours alone.
+    loaded["w0"].zero_()
+    assert torch.equal(loaded["w1"], state["w1"])
+
+
+def test_a_tensor_at_an_offset_its_type_cannot_view_is_copied(folder):
+    import torch
+
+    from pyinit import checkpoint
+
+    # safetensors' layout by hand: 3 bytes of u8, then an f32 at byte 3 of
+    # data that starts on 8 bytes (the header padded with spaces, as allowed).
+    header = json.dumps(
+        {
+            "a": {"dtype": "U8", "shape": [3], "data_offsets": [0, 3]},
+            "b": {"dtype": "F32", "shape": [2], "data_offsets": [3, 11]},
+        }
+    ).encode()
+    header += b" " * (-(8 + len(header)) % 8)
+    path = folder / "odd.safetensors"
+    data = bytes([1, 2, 3]) + torch.tensor([1.5, -2.0]).numpy().tobytes()
+    path.write_bytes(len(header).to_bytes(8, "little") + header + data)
+    loaded = checkpoint.load(path)
+    a, b = loaded["a"], loaded["b"]
+    assert b.untyped_storage().data_ptr() != a.untyped_storage().data_ptr()  # b was copied
+    assert loaded["a"].tolist() == [1, 2, 3] and loaded["b"].tolist() == [1.5, -2.0]
+
+
+@pytest.mark.root
+def test_a_loop_image_read_through_the_page_cache_is_loaded_buffered(
+    small_filesystem, monkeypatch, tmp_path
+):
+    import torch
+
+    from pyinit import checkpoint
+    from pyinit.checkpoint import in_place
+
+    state = {"w": torch.randn(1 << 20), "b": torch.ones(5)}
+    path = small_filesystem / "ckpt.safetensors"
+    checkpoint.save(state, path)
+    assert in_place.page_cache_backed(str(path))  # mount -o loop: the loop's direct IO is off
+    buffered = []
+    read = in_place._BufferedReads.read
+    monkeypatch.setattr(in_place._BufferedReads, "read",
+                        lambda self, *a: buffered.append(a[2]) or read(self, *a))  # fmt: skip
+    loaded = checkpoint.load(path)
+    assert buffered and all(torch.equal(loaded[k], v) for k, v in state.items())
+    # The same image behind a loop device with its own direct IO on: O_DIRECT
+    # reaches the backing file's disk, and the load takes it.
+    image = tmp_path / "dio.img"
+    with open(image, "wb") as f:
+        f.truncate(16 << 20)
+    device = subprocess.run(["losetup", "--find", "--show", "--direct-io=on", image],
+                            capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    try:
+        if Path(f"/sys/block/{Path(device).name}/loop/dio").read_text().strip() != "1":
+            pytest.skip(f"{device}: this kernel left the loop's direct IO off")
+        subprocess.run(["mkfs.ext4", "-q", "-m", "0", device], check=True)
+        mount = tmp_path / "dio"
+        mount.mkdir()
+        subprocess.run(["mount", device, mount], check=True)
+        try:
+            checkpoint.save(state, mount / "ckpt.safetensors")
+            assert not in_place.page_cache_backed(str(mount / "ckpt.safetensors"))
+            buffered.clear()
+            loaded = checkpoint.load(mount / "ckpt.safetensors")
+            assert not buffered and torch.equal(loaded["w"], state["w"])
+        finally:
+            for _ in range(50):
+                if subprocess.run(["umount", mount], capture_output=True).returncode == 0:
+                    break
+                time.sleep(0.1)
+    finally:
+        subprocess.run(["losetup", "-d", device], check=True)

@@ -38,7 +38,7 @@ require("torch", "pyinit.checkpoint")
 
 import torch  # noqa: E402
 
-from pyinit.checkpoint import staging  # noqa: E402
+from pyinit.checkpoint import in_place, staging  # noqa: E402
 from pyinit.checkpoint.format import (  # noqa: E402
     DTYPES,
     TORCH_DTYPES,
@@ -337,27 +337,41 @@ def _load(target: str, devices: Devices, verify: bool, queue_depth: int,
     chosen = [[e for e in layout.entries if wanted is None or e.name in wanted]
               for layout in layouts]  # fmt: skip
     places = {e.name: _device_of(devices, e.name, target) for entries in chosen for e in entries}
-    return _load_through_staging(layouts, chosen, places, verify, queue_depth)
+    return _read_tensors(layouts, chosen, places, verify, queue_depth)
 
 
-def _load_through_staging(layouts: list[Any], chosen: list[list[Entry]],
+def _read_tensors(layouts: list[Any], chosen: list[list[Entry]],
                           places: dict[str, torch.device], verify: bool,
                           queue_depth: int) -> dict[str, torch.Tensor]:  # fmt: skip
-    tensors = {}
-    pieces = []
-    for file, entries in enumerate(chosen):
-        for entry in entries:
-            tensor = torch.empty(entry.shape, dtype=entry.dtype, device=places[entry.name])
-            tensors[entry.name] = tensor
-            pieces.append((file, entry.begin, entry.end, tensor))
-    crcs = staging.fill([layout.path for layout in layouts], [layout.size for layout in layouts],
-                        staging.pieces_of(pieces), verify, queue_depth)  # fmt: skip
+    paths = [layout.path for layout in layouts]
+    sizes = [layout.size for layout in layouts]
+    if all(place.type == "cpu" for place in places.values()):
+        views, crcs = in_place.fill(paths, sizes, chosen, verify, queue_depth)
+        flat = [entry for entries in chosen for entry in entries]
+        tensors = {entry.name: tensor for entry, tensor in zip(flat, views, strict=True)}
+    else:
+        tensors = {}
+        crcs = _fill_through_blocks(paths, sizes, chosen, places, tensors, verify, queue_depth)
     if verify:
         keyed = [(layouts[file].path, entry) for file, entries in enumerate(chosen)
                  for entry in entries]  # fmt: skip
         for key, (path, entry) in enumerate(keyed):
             _check(path, entry, crcs.get(key, 0))
     return tensors
+
+
+def _fill_through_blocks(paths: list[str], sizes: list[int], chosen: list[list[Entry]],
+                         places: dict[str, torch.device], tensors: dict[str, torch.Tensor],
+                         verify: bool, queue_depth: int) -> dict[int, int]:  # fmt: skip
+    """Allocates every tensor on its device (into `tensors`) and fills it
+    through the staging blocks; returns the CRCs by tensor number."""
+    pieces = []
+    for file, entries in enumerate(chosen):
+        for entry in entries:
+            tensor = torch.empty(entry.shape, dtype=entry.dtype, device=places[entry.name])
+            tensors[entry.name] = tensor
+            pieces.append((file, entry.begin, entry.end, tensor))
+    return staging.fill(paths, sizes, staging.pieces_of(pieces), verify, queue_depth)
 
 
 def _check(path: str, entry: Entry, crc: int) -> None:

@@ -4,8 +4,9 @@ where CUDA is, page-aligned (so O_DIRECT reads land in them) everywhere.
 
 A load reads aligned windows of the files into free blocks, two reads at a
 time (each thread its own reader and ring), and copies every window's part of
-each tensor into that tensor, allocated on its device; a block is read into
-again once the copies out of it have run. A save copies the tensors' bytes
+each tensor into that tensor, allocated on its device, while a pool thread
+takes the part's CRC; a block is read into again once the copies and the
+CRCs out of it have run. A save copies the tensors' bytes
 into blocks in file order, and writes a block once its copies have run, while
 the copies of the next blocks go on. The host memory either needs is the
 blocks', whatever the checkpoint's size.
@@ -130,15 +131,19 @@ class Copies:
 
 @dataclass
 class Held:
-    """A block and the copies that still use it."""
+    """A block and the copies (and checksums) that still use it."""
 
     block: torch.Tensor
     events: list[torch.cuda.Event] = field(default_factory=list)
+    checksums: list[Future[int]] = field(default_factory=list)
 
     def wait(self) -> None:
         for event in self.events:
             event.synchronize()
         self.events.clear()
+        for checksum in self.checksums:
+            checksum.result()
+        self.checksums.clear()
 
 
 def mark(held: Held, streams: set[torch.cuda.Stream]) -> None:
@@ -214,7 +219,7 @@ def windows(pieces: Sequence[Piece], sizes: Sequence[int]) -> list[Window]:
     return out
 
 
-class _Readers:
+class Readers:
     """A DirectReader per thread and file: a ring serves the thread that made it."""
 
     def __init__(self, paths: Sequence[str], queue_depth: int):
@@ -225,18 +230,19 @@ class _Readers:
         self._lock = threading.Lock()
 
     def read(self, window: Window, block: torch.Tensor) -> int:
+        length = -(-window.length // ALIGN) * ALIGN
+        return self.read_into(window.file, block.numpy()[:length], window.begin)
+
+    def read_into(self, file: int, destination: np.ndarray, offset: int) -> int:
         readers = getattr(self._local, "readers", None)
         if readers is None:
             readers = self._local.readers = {}
-        reader = readers.get(window.file)
+        reader = readers.get(file)
         if reader is None:
-            reader = readers[window.file] = DirectReader(
-                self._paths[window.file], queue_depth=self._queue_depth
-            )
+            reader = readers[file] = DirectReader(self._paths[file], queue_depth=self._queue_depth)
             with self._lock:
                 self._all.append(reader)
-        length = -(-window.length // ALIGN) * ALIGN
-        return reader.read_into(block.numpy()[:length], window.begin)
+        return reader.read_into(destination, offset)
 
     def close(self) -> None:
         for reader in self._all:
@@ -253,9 +259,12 @@ def fill(paths: Sequence[str], sizes: Sequence[int], pieces: Sequence[Piece], ch
     pinned = _pinned(list(devices))
     free = [Held(block(pinned)) for _ in range(min(BLOCKS, max(1, len(plan))))]
     copies = Copies()
-    readers = _Readers(paths, queue_depth)
-    crcs: dict[int, int] = {}
+    readers = Readers(paths, queue_depth)
+    # Each key's pieces in file order: (length, CRC-32C) computed by a pool
+    # thread while the copies and the next reads run.
+    parts: dict[int, list[tuple[int, Future[int]]]] = {}
     reading: deque[tuple[Window, Held, Future[int]]] = deque()
+    checksummer = ThreadPoolExecutor(1, thread_name_prefix="pyinit-checkpoint-crc")
     with ThreadPoolExecutor(READERS, thread_name_prefix="pyinit-checkpoint-read") as pool:
         try:
             upcoming = iter(plan)
@@ -283,7 +292,9 @@ def fill(paths: Sequence[str], sizes: Sequence[int], pieces: Sequence[Piece], ch
                     offset = piece.begin - window.begin
                     source = held.block[offset : offset + piece.end - piece.begin]
                     if checksums:
-                        crcs[piece.key] = crc32c(source.numpy(), crcs.get(piece.key, 0))
+                        crc = checksummer.submit(crc32c, source.numpy())
+                        held.checksums.append(crc)
+                        parts.setdefault(piece.key, []).append((len(source), crc))
                     target = piece.target[piece.at : piece.at + piece.end - piece.begin]
                     stream = copies.copy(target, source)
                     if stream is not None:
@@ -296,8 +307,17 @@ def fill(paths: Sequence[str], sizes: Sequence[int], pieces: Sequence[Piece], ch
             for _, _, future in reading:
                 future.cancel()
             pool.shutdown(wait=True)
+            checksummer.shutdown(wait=True)
             readers.close()
-    return crcs
+    return {key: combined(pieces) for key, pieces in parts.items()}
+
+
+def combined(pieces: Iterable[tuple[int, Future[int]]]) -> int:
+    """The CRC-32C of consecutive pieces, from (length, CRC) of each in order."""
+    crc = 0
+    for length, piece in pieces:
+        crc = crc32c_combine(crc, piece.result(), length)
+    return crc
 
 
 # ---------------------------------------------------------------------------
