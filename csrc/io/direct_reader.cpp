@@ -532,7 +532,7 @@ bool DirectReader::Stream::next(Item* item) {
     stats_.reads += item->rows;
     stats_.bytes += item->rows * length_;
     plan_ahead();
-    queue_->fill();
+    queue_->advance();
   } catch (...) {
     close_locked();
     throw;

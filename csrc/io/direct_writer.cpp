@@ -254,7 +254,7 @@ void DirectWriter::submit_block(OwnedBlock block, uint64_t offset, size_t padded
   piece.io = block.data();
   queue_->push(piece);
   in_flight_.push_back(std::move(block));
-  queue_->fill();
+  queue_->advance();
   if (in_flight_.size() >= depth_) {
     // Every staging block is queued: the oldest comes back for the next bytes.
     queue_->wait_for_first(1);

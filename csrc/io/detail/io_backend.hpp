@@ -42,6 +42,9 @@ class IoBackend {
   // Waits until at least one outstanding IO completes and appends every
   // completion there is. Returns the number appended or -errno.
   virtual int reap(std::vector<IoCompletion>* completions) = 0;
+  // Hands the queued IOs to the kernel and appends the completions there are,
+  // without waiting for any. Returns the number appended or -errno.
+  virtual int poll(std::vector<IoCompletion>* completions) = 0;
 };
 
 // Returns 0 or -errno: -ENOSYS (kernel without io_uring), -EPERM (disabled by

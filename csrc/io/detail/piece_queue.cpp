@@ -10,7 +10,8 @@
 
 namespace pod_init {
 
-void PieceQueue::submit_more() {
+size_t PieceQueue::submit_more() {
+  const size_t before = submitted_;
   while (submitted_ < pieces_.size() && in_flight_ < backend_->depth() && failure_ == 0) {
     Piece& piece = pieces_[submitted_];
     if (piece.io == nullptr && (bounce_ == nullptr || (piece.io = bounce_->acquire()) == nullptr)) {
@@ -29,11 +30,27 @@ void PieceQueue::submit_more() {
     ++submitted_;
     ++in_flight_;
   }
+  return submitted_ - before;
+}
+
+void PieceQueue::advance() {
+  submit_more();
+  if (in_flight_ == 0 || failure_ != 0) return;
+  completions_.clear();
+  settle(backend_->poll(&completions_));
+  // Slots the poll freed take their next IOs now, not at the next wait.
+  if (!completions_.empty() && submit_more() > 0) {
+    completions_.clear();
+    settle(backend_->poll(&completions_));
+  }
 }
 
 void PieceQueue::reap() {
   completions_.clear();
-  int rc = backend_->reap(&completions_);
+  settle(backend_->reap(&completions_));
+}
+
+void PieceQueue::settle(int rc) {
   if (rc < 0) {
     // The kernel may still use these buffers: nothing safe remains to do.
     throw SysError(-rc, "wait for IO in flight");

@@ -52,8 +52,13 @@ class PieceQueue {
   // come back; the queue is then empty).
   void wait_for_first(size_t count);
   void wait_all() { wait_for_first(pieces_.size()); }
-  // Submits what the depth allows without waiting (a failure surfaces in the next wait).
-  void fill() { submit_more(); }
+  // Without waiting: takes the completions there are and refills the depth
+  // they free, handing every queued IO to the kernel. A stream calls it for
+  // each row it returns, so slots freed behind the front of the queue are
+  // read into again at once rather than at the next wait (on a virtio disk,
+  // 4 KiB at depth 32 went from about 0.75x fio's IOPS to fio's). A failure
+  // surfaces in the next wait.
+  void advance();
   // Forgets the first `count` pieces, which must be done.
   void pop_front(size_t count);
   // Waits for every submitted IO (their memory may then be freed) and drops
@@ -63,8 +68,11 @@ class PieceQueue {
   bool drain() noexcept;
 
  private:
-  void submit_more();
-  void reap();
+  // Prepares IOs up to the depth; returns how many.
+  size_t submit_more();
+  void reap();  // waits for at least one completion
+  // Settles completions_ (from a reap or a poll), whose call returned `rc`.
+  void settle(int rc);
 
   IoBackend* backend_;
   BufferPool* bounce_;

@@ -50,6 +50,16 @@ class PreadBackend : public IoBackend {
   int reap(std::vector<IoCompletion>* completions) override {
     std::unique_lock<std::mutex> lock(mutex_);
     wake_reaper_.wait(lock, [this] { return !done_.empty() || outstanding_ == 0; });
+    return take_done(completions);
+  }
+
+  int poll(std::vector<IoCompletion>* completions) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return take_done(completions);
+  }
+
+ private:
+  int take_done(std::vector<IoCompletion>* completions) {  // call with mutex_ held
     int count = static_cast<int>(done_.size());
     completions->insert(completions->end(), done_.begin(), done_.end());
     outstanding_ -= done_.size();
@@ -57,7 +67,6 @@ class PreadBackend : public IoBackend {
     return count;
   }
 
- private:
   void stop() {
     {
       std::lock_guard<std::mutex> lock(mutex_);

@@ -109,6 +109,16 @@ class UringBackend : public IoBackend {
     if (fixed_file_) sqe->flags |= IOSQE_FIXED_FILE;
     io_uring_sqe_set_data64(sqe, request.tag);
     ++unsubmitted_;
+    // Each IO goes to the kernel as it is queued, as fio's does: handed over
+    // in groups, a refilled depth reaches the device as a burst, each request
+    // waits behind the ones dispatched before it, their completions come back
+    // in a burst, and the next refill is one again. On a virtio disk, 4 KiB
+    // reads at depth 32 went from 0.80-0.85x fio's IOPS to 1.02-1.08x for one
+    // system call per IO. A refusal here (the kernel short of memory) leaves
+    // the IO queued for the next call.
+    int rc = io_uring_submit(&ring_);
+    if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) return rc;
+    if (rc >= 0) unsubmitted_ = 0;
     return index >= 0 ? 1 : 0;
   }
 
@@ -138,6 +148,15 @@ class UringBackend : public IoBackend {
     } while (rc == -EINTR);
     if (rc < 0) return rc;
     unsubmitted_ = 0;
+    return drain(completions);
+  }
+
+  int poll(std::vector<IoCompletion>* completions) override {
+    // One system call submits what is queued and, with DEFER_TASKRUN, posts
+    // the completions the kernel holds back until the ring's thread asks.
+    int rc = io_uring_submit_and_get_events(&ring_);
+    if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) return rc;
+    if (rc >= 0) unsubmitted_ = 0;
     return drain(completions);
   }
 
