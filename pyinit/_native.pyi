@@ -132,6 +132,10 @@ class DirectReader:
         """
         Opens path (a file or block device, or a list of them) with O_DIRECT; OSError when one cannot be opened. page_cache: copy batch rows whose pages are all resident.
         """
+    def _submit_batch(self, offsets: typing.Any, length: int, files: typing.Any | None = None) -> tuple[int, int, int]:
+        ...
+    def _wait_batch(self, ticket: typing.SupportsInt | typing.SupportsIndex, rows: typing.SupportsInt | typing.SupportsIndex, length: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.uint8]:
+        ...
     def close(self) -> None:
         """
         Closes the files once calls in other threads have finished; later calls raise ValueError.
@@ -164,6 +168,11 @@ class DirectReader:
     @property
     def backend_note(self) -> str:
         ...
+    @property
+    def batches_pending(self) -> int:
+        """
+        Batches submitted and not yet waited for.
+        """
     @property
     def block_size(self) -> int:
         """

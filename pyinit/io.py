@@ -188,6 +188,22 @@ def publish_directory(staged: str | os.PathLike[str], target: str | os.PathLike[
 memory_stats = _native.memory_stats
 
 
+class PendingBatch:
+    """A batch a DirectReader is reading (``read_batch_async``)."""
+
+    def __init__(self, reader: DirectReader, ticket: int, rows: int, length: int):
+        self._reader, self._ticket, self._shape = reader, ticket, (rows, length)
+        self._rows: np.ndarray | None = None
+
+    def result(self) -> np.ndarray:
+        """The (rows, length) uint8 array, once every row has arrived; the
+        reader's OSError if a read failed, ValueError when an earlier batch
+        has not been waited for."""
+        if self._rows is None:
+            self._rows = self._reader._wait_batch(self._ticket, *self._shape)
+        return self._rows
+
+
 class DirectIOUnavailable(RuntimeWarning):
     """The filesystem refused O_DIRECT: reads go through the page cache."""
 
@@ -233,6 +249,15 @@ class DirectReader(_native.DirectReader):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def read_batch_async(self, offsets: Any, length: int, files: Any = None) -> PendingBatch:
+        """``read_batch``'s rows, read in the background: the batch's reads
+        are queued behind those of the batches before it, and ``result()``
+        waits for them. Submitting the next batch before waiting for this one
+        keeps the queue full between batches (``read_batch`` back to back lets
+        it drain at the end of each). Batches are waited for in the order they
+        were submitted; another call on the reader first lets them arrive."""
+        return PendingBatch(self, *self._submit_batch(offsets, length, files))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Spawned workers reopen the file; a forked one keeps the open reader.

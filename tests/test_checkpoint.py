@@ -349,8 +349,16 @@ def test_the_checkpoint_benchmark_times_every_tool_and_dcp_on_two_ranks(folder, 
         "torch.save",
     } | ({"fio write"} if fio else set())
     assert set(document["table"]["load"]) == {"pyinit", "safetensors", "torch.load"} | (
-        {"fio read"} if fio else set()
+        {"fio read", "fio best read"} if fio else set()
     )
+    if fio:  # the disk's ceiling: fio's best setting of a sweep, named
+        best = document["table"]["load"]["fio best read"]
+        sweep = next(r for r in document["results"] if r["tool"] == "fio best read")
+        assert best["setting"] in sweep["sweep_gb_s"] and len(sweep["sweep_gb_s"]) >= 4
+        assert best["gb_s"] == pytest.approx(max(sweep["sweep_gb_s"].values()))
+    # The pipeline's own ceiling: in memory, CRCs on, and one core's CRC.
+    assert set(document["table"]["ceiling"]) == {"save to memory", "load from memory",
+                                                 "crc32c, one core"}  # fmt: skip
     assert set(document["table"]["dcp"]) == {"pyinit save", "torch save", "pyinit load",
                                              "torch load"}  # fmt: skip
     assert document["bytes"] >= 64 << 20 and document["ranks"] == 2
@@ -358,9 +366,9 @@ def test_the_checkpoint_benchmark_times_every_tool_and_dcp_on_two_ranks(folder, 
     assert document["table"]["save"]["pyinit background"]["blocked_s"] > 0
     assert document["table"]["save"]["pyinit"]["peak_host_bytes"] >= 0
     names = {row["target"] for row in document["targets"]}
-    assert (
-        "DCP load / FileSystemReader" in names and "save / safetensors save_file + fsync" in names
-    )
+    assert {"DCP load / FileSystemReader", "save / safetensors save_file + fsync",
+            "load / safetensors load_file", "CRC-32C on one core, GB/s / 15",
+            "in-memory load (pipeline ceiling), GB/s / 10"} <= names  # fmt: skip
     assert "target DCP save / FileSystemWriter:" in proc.stdout
     assert sorted(os.listdir(folder)) == ["checkpoint.json", "checkpoint.png"]  # its files are gone
 

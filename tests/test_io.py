@@ -79,6 +79,52 @@ def test_read_batch_rows(reader, data_file, offsets, length):
         assert row.tobytes() == data_file[1][offset : offset + length]
 
 
+def test_async_batches_arrive_in_order_with_the_queue_shared(reader, data_file):
+    content = data_file[1]
+    rng = np.random.default_rng(3)
+    # More rows in flight than the queue is deep (16), misaligned ones included.
+    batches = [(rng.integers(0, SIZE - 9000, 40), int(length)) for length in (4096, 4097, 8192)]
+    pending = [reader.read_batch_async(offsets, length) for offsets, length in batches]
+    assert reader.batches_pending == 3
+    with pytest.raises(ValueError, match="in the order they were submitted"):
+        pending[1].result()
+    for (offsets, length), batch in zip(batches, pending, strict=True):
+        rows = batch.result()
+        assert rows.shape == (len(offsets), length)
+        for row, offset in zip(rows, offsets, strict=True):
+            assert row.tobytes() == content[offset : offset + length]
+    assert batch.result() is rows  # a second result() is the same array
+    # Another call lets the batches in flight arrive first; they stay to be waited for.
+    last = reader.read_batch_async([0, 4096], 4096)
+    assert reader.read(10, 5).tobytes() == content[10:15]
+    assert reader.batches_pending == 1 and last.result()[1].tobytes() == content[4096:8192]
+    with pytest.raises(ValueError, match="no such batch in flight"):
+        reader._wait_batch(10**6, 1, 1)
+
+
+def test_an_async_batch_past_the_end_is_refused_and_a_closed_reader_drops_them(data_file):
+    with DirectReader(data_file[0]) as r:
+        with pytest.raises(ValueError):
+            r.read_batch_async([SIZE - 10], 4096)
+        pending = r.read_batch_async([0, 8192], 4096)
+    with pytest.raises(ValueError, match="closed reader"):
+        pending.result()
+    # A forked child does not inherit the parent's reads in flight.
+    with DirectReader(data_file[0]) as r:
+        pending = r.read_batch_async([0, 8192], 4096)
+        child = os.fork()
+        if child == 0:
+            try:
+                pending.result()
+                os._exit(1)
+            except ValueError as e:
+                os._exit(0 if "no such batch in flight" in str(e) else 2)
+            finally:
+                os._exit(3)
+        assert os.waitpid(child, 0)[1] == 0
+        assert pending.result()[1].tobytes() == data_file[1][8192 : 8192 + 4096]
+
+
 def test_end_of_file_edges(reader, data_file):
     content = data_file[1]
     assert reader.read(SIZE - 10, 100).tobytes() == content[-10:]  # short tail
@@ -603,8 +649,8 @@ def test_io_benchmark_runs_beside_fio(tmp_path, pyinit_bin):
     assert proc.returncode == 0, proc.stderr
     table = json.loads(out.read_text())["table"]
     assert set(table) == {
-        "4k-randread-qd1-read", "4k-randread-qd32-batch", "4k-randread-qd32-stream",
-        "1m-read-qd4-stream", "1m-read-qd16-stream",
+        "4k-randread-qd1-read", "4k-randread-qd32-batch", "4k-randread-qd32-async",
+        "4k-randread-qd32-stream", "1m-read-qd4-stream", "1m-read-qd16-stream",
     }  # fmt: skip
     tools = {"pyinit", "fio"} if shutil.which("fio") else {"pyinit"}
     for pattern in table.values():

@@ -281,6 +281,33 @@ void bind_io(py::module_& m) {
           "with the queue kept full; into `out` (reused between calls) when given, else a new "
           "(n, length) uint8 array.")
       .def(
+          "_submit_batch",
+          [](pod_init::DirectReader& r, const py::object& offset_values, const py::int_& length,
+             const std::optional<py::object>& file_values) {
+            uint64_t len = non_negative(length, "length");
+            auto [at, file_of] = rows_of(r, offset_values, file_values);
+            uint64_t ticket;
+            {
+              ReleasedGil release;
+              ticket = r.submit_batch(at, len, file_of);
+            }
+            return py::make_tuple(ticket, at.size(), len);
+          },
+          py::arg("offsets"), py::arg("length"), py::arg("files") = py::none())
+      .def(
+          "_wait_batch",
+          [](pod_init::DirectReader& r, uint64_t ticket, py::ssize_t rows, py::ssize_t length) {
+            pod_init::OwnedBlock block;
+            {
+              ReleasedGil release;
+              block = r.wait_batch(ticket);
+            }
+            return owning_array(std::move(block), 0, {rows, length});
+          },
+          py::arg("ticket"), py::arg("rows"), py::arg("length"))
+      .def_property_readonly("batches_pending", &pod_init::DirectReader::batches_pending,
+                             "Batches submitted and not yet waited for.")
+      .def(
           "stream",
           [](pod_init::DirectReader& r, const py::object& offset_values, const py::int_& length,
              std::optional<int64_t> depth, const std::optional<py::object>& file_values,

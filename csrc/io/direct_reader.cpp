@@ -87,9 +87,12 @@ void DirectReader::close() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (fork_generation_ != g_fork_generation.load()) {
     // A child closing a reader it inherited: the parent's pool, ring and threads are not here.
+    drop_batches();
     (void)pool_.release();
     (void)backend_.release();
   }
+  batch_queue_.reset();  // waits for the reads in flight: their memory goes next
+  batches_.clear();
   backend_.reset();
   pool_.reset();
   resident_.clear();
@@ -185,13 +188,20 @@ void DirectReader::ensure_backend() {
   uint64_t generation = g_fork_generation.load();
   if (generation == fork_generation_ && backend_) {
     if (!backend_->single_thread() || backend_thread_ == std::this_thread::get_id()) return;
+    if (!batches_.empty()) {
+      throw InputError("", 0,
+                       "batches in flight belong to the thread that submitted them (" + paths_[0] +
+                           "): wait for them there first");
+    }
     // Another thread: the ring refuses it (single issuer). Nothing is in
     // flight here (mutex_ is held), so a new ring for this thread is safe.
+    batch_queue_.reset();
     backend_.reset();
   }
   if (fork_generation_ != 0 && generation != fork_generation_) {
     // First use in a forked child: the parent's pool is not mapped here
     // (MADV_DONTFORK) and its threads do not exist; leave them be.
+    drop_batches();
     (void)pool_.release();
     (void)backend_.release();
     stats_ = {};
@@ -256,6 +266,7 @@ DirectReader::Span DirectReader::read(uint64_t offset, uint64_t length, uint32_t
     throw SysError(ENOMEM, "allocate a buffer to read", paths_[file]);
   if (length == 0) return span;
   ensure_backend();
+  settle_batches();
   PieceQueue queue(backend_.get(), pool_.get(), &paths_, &stats_);
   plan(files_[file], file, offset, length, span.buffer.data(), true, &queue);
   queue.wait_all();
@@ -271,6 +282,7 @@ size_t DirectReader::read_into(uint8_t* dst, size_t length, uint64_t offset, uin
   check_range(offset, length);
   if (length == 0) return 0;
   ensure_backend();
+  settle_batches();
   PieceQueue queue(backend_.get(), pool_.get(), &paths_, &stats_);
   plan(files_[file], file, offset, length, dst, false, &queue);
   queue.wait_all();
@@ -288,32 +300,44 @@ OwnedBlock DirectReader::read_batch(const std::vector<uint64_t>& offsets, size_t
     std::lock_guard<std::mutex> lock(mutex_);
     check_rows(offsets, length, files);
   }
-  if (length != 0 && offsets.size() > SIZE_MAX / length) {
-    throw InputError("", 0, "offsets x length overflows");
-  }
-  OwnedBlock out(offsets.size() * length);
-  if (out.data() == nullptr) throw SysError(ENOMEM, "allocate a batch buffer");
+  OwnedBlock out = batch_memory(offsets.size(), length);
   read_batch_into(offsets, length, out.data(), files);
   return out;
+}
+
+OwnedBlock DirectReader::batch_memory(size_t rows, size_t length) {
+  if (length != 0 && rows > SIZE_MAX / length) {
+    throw InputError("", 0, "offsets x length overflows");
+  }
+  OwnedBlock out(rows * length);
+  if (out.data() == nullptr) throw SysError(ENOMEM, "allocate a batch buffer");
+  return out;
+}
+
+uint64_t DirectReader::plan_rows(const std::vector<uint64_t>& offsets, size_t length, uint8_t* dst,
+                                 const std::vector<uint32_t>& files, PieceQueue* queue) {
+  uint64_t from_cache = 0;
+  for (size_t i = 0; i < offsets.size() && length > 0; ++i) {
+    const uint32_t file = files.empty() ? 0u : files[i];
+    uint8_t* row = dst + i * length;
+    if (page_cache_ && resident_[file].copy_if_resident(offsets[i], length, row)) {
+      ++from_cache;
+      continue;
+    }
+    plan(files_[file], file, offsets[i], length, row, false, queue);
+  }
+  return from_cache;
 }
 
 void DirectReader::read_batch_into(const std::vector<uint64_t>& offsets, size_t length,
                                    uint8_t* dst, const std::vector<uint32_t>& files) {
   std::lock_guard<std::mutex> lock(mutex_);
   check_rows(offsets, length, files);
-  auto file_of = [&](size_t row) { return files.empty() ? 0u : files[row]; };
   if (length == 0 || offsets.empty()) return;
   ensure_backend();
+  settle_batches();
   PieceQueue queue(backend_.get(), pool_.get(), &paths_, &stats_);
-  uint64_t from_cache = 0;
-  for (size_t i = 0; i < offsets.size(); ++i) {
-    uint8_t* row = dst + i * length;
-    if (page_cache_ && resident_[file_of(i)].copy_if_resident(offsets[i], length, row)) {
-      ++from_cache;
-      continue;
-    }
-    plan(files_[file_of(i)], file_of(i), offsets[i], length, row, false, &queue);
-  }
+  const uint64_t from_cache = plan_rows(offsets, length, dst, files, &queue);
   queue.wait_all();
   for (size_t i = 0; i < queue.size(); ++i) {
     // Checked against the size above: the file shrank while we read.
@@ -325,6 +349,87 @@ void DirectReader::read_batch_into(const std::vector<uint64_t>& offsets, size_t 
   stats_.reads += offsets.size();
   stats_.bytes += offsets.size() * length;
   stats_.page_cache_reads += from_cache;
+}
+
+void DirectReader::settle_batches() {
+  if (batch_queue_ && batch_queue_->in_flight() > 0) {
+    try {
+      batch_queue_->wait_all();
+    } catch (const SysError&) {
+      batches_.clear();  // the queue is empty now; the failure is this call's to say
+      throw;
+    }
+  }
+}
+
+void DirectReader::drop_batches() {
+  // The parent's ring and bounce slots are not this process's: nothing to wait on.
+  if (batch_queue_) (void)batch_queue_.release();
+  batches_.clear();
+}
+
+uint64_t DirectReader::submit_batch(const std::vector<uint64_t>& offsets, size_t length,
+                                    const std::vector<uint32_t>& files) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  check_rows(offsets, length, files);
+  OwnedBlock rows = batch_memory(offsets.size(), length);
+  ensure_backend();
+  if (!batch_queue_)
+    batch_queue_ = std::make_unique<PieceQueue>(backend_.get(), pool_.get(), &paths_, &stats_);
+  PendingBatch batch;
+  batch.ticket = next_ticket_++;
+  batch.count = offsets.size();
+  batch.length = length;
+  batch.rows = std::move(rows);
+  const size_t before = batch_queue_->size();
+  batch.from_cache = plan_rows(offsets, length, batch.rows.data(), files, batch_queue_.get());
+  batch.pieces = batch_queue_->size() - before;
+  const uint64_t ticket = batch.ticket;
+  batches_.push_back(std::move(batch));
+  batch_queue_->advance();
+  return ticket;
+}
+
+OwnedBlock DirectReader::wait_batch(uint64_t ticket) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  check_open(0);
+  ensure_backend();  // a forked child forgets the parent's batches here
+  if (batches_.empty() || batches_.front().ticket != ticket) {
+    bool pending = std::any_of(batches_.begin(), batches_.end(),
+                               [&](const PendingBatch& b) { return b.ticket == ticket; });
+    throw InputError("", 0,
+                     pending ? "wait for batches in the order they were submitted"
+                             : "no such batch in flight (waited for already, or the reader "
+                               "was closed or forked since)");
+  }
+  PendingBatch& batch = batches_.front();
+  try {
+    batch_queue_->wait_for_first(batch.pieces);
+  } catch (const SysError&) {
+    batches_.clear();  // the failure ended every batch's reads
+    throw;
+  }
+  for (size_t i = 0; i < batch.pieces; ++i) {
+    const Piece& piece = batch_queue_->front(i);
+    if (piece.delivered < piece.want_hi - piece.want_lo) {
+      batch_queue_->pop_front(batch.pieces);
+      batches_.pop_front();
+      throw SysError(ENODATA, "read (the file shrank since it was opened)", paths_[piece.file]);
+    }
+  }
+  batch_queue_->pop_front(batch.pieces);
+  stats_.reads += batch.count;
+  stats_.bytes += batch.count * batch.length;
+  stats_.page_cache_reads += batch.from_cache;
+  OwnedBlock rows = std::move(batch.rows);
+  batches_.pop_front();
+  batch_queue_->advance();
+  return rows;
+}
+
+size_t DirectReader::batches_pending() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return batches_.size();
 }
 
 void ReaderStats::add(const ReaderStats& other) {

@@ -90,6 +90,21 @@ class DirectReader {
   void read_batch_into(const std::vector<uint64_t>& offsets, size_t length, uint8_t* dst,
                        const std::vector<uint32_t>& files = {});
 
+  // Batches read asynchronously: submit_batch() queues a batch's reads behind
+  // those of the batches before it and returns a ticket at once;
+  // wait_batch(ticket) returns that batch's rows (as read_batch's) once they
+  // have arrived. Batches come back in the order they were submitted (waiting
+  // for a later one first is an InputError), so a loader that submits the next
+  // batch before waiting for this one keeps the queue full between calls,
+  // where read_batch back to back lets it drain at the end of every batch.
+  // The other calls first let the batches in flight arrive (they stay to be
+  // waited for); close() drops them. They belong to the thread that submitted
+  // them when the backend is a single-issuer ring.
+  uint64_t submit_batch(const std::vector<uint64_t>& offsets, size_t length,
+                        const std::vector<uint32_t>& files = {});
+  OwnedBlock wait_batch(uint64_t ticket);
+  size_t batches_pending() const;
+
   class Stream;
   // Rows (batch == 0) or batches of `batch` rows, in order, with `depth` reads
   // kept in flight between calls; windows are checked here, as read_batch's.
@@ -110,6 +125,17 @@ class DirectReader {
   void check_rows(const std::vector<uint64_t>& offsets, uint64_t length,
                   const std::vector<uint32_t>& files);
   void ensure_backend();  // call with mutex_ held
+  // Lets the submitted batches' reads arrive before another call uses the
+  // backend (call with mutex_ held, after ensure_backend).
+  void settle_batches();
+  // Memory for `rows` rows of `length` bytes (InputError when it overflows).
+  static OwnedBlock batch_memory(size_t rows, size_t length);
+  // Plans row i of offsets into dst + i * length (copied from the page cache
+  // where page_cache_ allows: call with mutex_ held); returns how many were.
+  uint64_t plan_rows(const std::vector<uint64_t>& offsets, size_t length, uint8_t* dst,
+                     const std::vector<uint32_t>& files, PieceQueue* queue);
+  // Forgets the batches (a forked child's, or at close): their memory stays.
+  void drop_batches();
   // The aligned superset of [offset, offset + length) in `file`, allocated
   // (buffer.data() is nullptr when it cannot be), with head set and length 0.
   static Span span_for(const DirectFile& file, uint64_t offset, uint64_t length);
@@ -134,6 +160,17 @@ class DirectReader {
   std::thread::id backend_thread_;  // the thread that made backend_
   std::string backend_note_;
   ReaderStats stats_;
+  struct PendingBatch {
+    uint64_t ticket = 0;
+    OwnedBlock rows;
+    size_t count = 0;   // rows
+    size_t length = 0;  // bytes per row
+    size_t pieces = 0;  // of batch_queue_'s, in order
+    uint64_t from_cache = 0;
+  };
+  std::unique_ptr<PieceQueue> batch_queue_;  // on backend_
+  std::deque<PendingBatch> batches_;
+  uint64_t next_ticket_ = 1;
   // Where streams leave their counts when they close: shared, since a stream
   // may outlive its reader.
   struct StreamTotals {

@@ -3,10 +3,13 @@
 Our reader is used the plain way a data loader would use it (``--api``):
 ``read`` (one ``reader.read(offset, bs)`` per IO, each returning a new
 array), ``batch`` (one ``reader.read_batch(offsets, bs)`` of iodepth rows per
-call, a new array each) or ``stream`` (a loop over ``reader.stream(offsets,
-bs, depth=iodepth)``). With no pattern given, five (fio's names): ``randread``
-4 KiB at depth 1 with read, at depth 32 with batch and with stream, and
-``read`` (sequential) 1 MiB at depth 4 and 16 with stream; with fio's knobs
+call, a new array each), ``async`` (``reader.read_batch_async`` of iodepth
+rows, the next batch submitted before this one's ``result()``, as a loader
+that knows its next batch does) or ``stream`` (a loop over
+``reader.stream(offsets, bs, depth=iodepth)``). With no pattern given, six
+(fio's names): ``randread`` 4 KiB at depth 1 with read, at depth 32 with
+batch, async and stream, and ``read`` (sequential) 1 MiB at depth 4 and 16
+with stream; with fio's knobs
 (--rw, --bs, --iodepth, --numjobs, --runtime, --api), that one pattern. For
 each, our reader and ``fio --ioengine=io_uring --direct=1`` run alternately,
 round by round, with the page cache dropped before every run. Reported: IOPS,
@@ -28,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import multiprocessing
 import os
 import shutil
 import statistics
@@ -36,7 +40,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -49,7 +53,7 @@ from pyinit.io import DirectReader
 from pyinit.jsonfile import write_json
 from pyinit.plotting import human_bytes, pyplot, save_figure
 
-APIS = ("read", "batch", "stream")
+APIS = ("read", "batch", "async", "stream")
 
 
 @dataclass(frozen=True)
@@ -62,13 +66,8 @@ class Pattern:
 
     @property
     def name(self) -> str:
-        size = str(self.block_size)
-        for unit, factor in (("m", 1 << 20), ("k", 1 << 10)):
-            if self.block_size % factor == 0:
-                size = f"{self.block_size // factor}{unit}"
-                break
         jobs = f"-j{self.jobs}" if self.jobs > 1 else ""
-        return f"{size}-{self.rw}-qd{self.depth}{jobs}-{self.api}"
+        return f"{fio_size(self.block_size)}-{self.rw}-qd{self.depth}{jobs}-{self.api}"
 
     @property
     def latency(self) -> str:
@@ -80,6 +79,7 @@ class Pattern:
 DEFAULT_PATTERNS = (
     Pattern("randread", 4096, 1, "read"),
     Pattern("randread", 4096, 32, "batch"),
+    Pattern("randread", 4096, 32, "async"),
     Pattern("randread", 4096, 32, "stream"),
     Pattern("read", 1 << 20, 4, "stream"),
     Pattern("read", 1 << 20, 16, "stream"),
@@ -222,6 +222,16 @@ def run_job(
             reader.read_batch(offsets(pattern.depth), pattern.block_size)
             count += pattern.depth
         return count, [], [reader.stats()]
+    if pattern.api == "async":
+        # The reader's depth bounds the reads in flight across both batches.
+        pending = reader.read_batch_async(offsets(pattern.depth), pattern.block_size)
+        while clock() < deadline:
+            following = reader.read_batch_async(offsets(pattern.depth), pattern.block_size)
+            pending.result()
+            count += pattern.depth
+            pending = following
+        pending.result()
+        return count + pattern.depth, [], [reader.stats()]
     stream_stats = []
     while clock() < deadline:
         # Long streams: the queue drains only at the end of each.
@@ -234,30 +244,38 @@ def run_job(
     return count, [], stream_stats
 
 
+def run_reader_job(target: str, pattern: Pattern, runtime: float,
+                   backend: str) -> tuple[int, list[int], list[dict]]:  # fmt: skip
+    """One job with a reader of its own (a data-loader worker's)."""
+    with DirectReader(target, queue_depth=pattern.depth, backend=backend) as reader:
+        return run_job(reader, pattern, runtime)
+
+
 def run_reader(target: str, pattern: Pattern, runtime: float, backend: str) -> Result:
-    """`pattern.jobs` readers, a thread each (the reads release the GIL), as one group."""
-    readers = [DirectReader(target, queue_depth=pattern.depth, backend=backend)
-               for _ in range(pattern.jobs)]  # fmt: skip
-    try:
-        before = disk_counters(target)
-        started = time.perf_counter()
-        with ThreadPoolExecutor(pattern.jobs) as pool:
-            jobs = list(pool.map(lambda r: run_job(r, pattern, runtime), readers))
-        elapsed = time.perf_counter() - started
-        disk = disk_delta(before, disk_counters(target))
-        count = sum(n for n, _, _ in jobs)
-        if pattern.api == "read":
-            latencies = np.concatenate([np.array(calls, dtype=np.float64) for _, calls, _ in jobs])
-            cuts = np.percentile(latencies, PERCENTILES)
-            percentiles = {fio_key(q): float(v) for q, v in zip(PERCENTILES, cuts, strict=True)}
-        else:
-            stats = [one for _, _, kept in jobs for one in kept]
-            buckets = [tuple(b) for s in stats for b in s["io_latency_histogram_ns"]]
-            largest = max(s["io_latency_us"]["max"] for s in stats) * 1e3
-            percentiles = histogram_percentiles(buckets, largest)
-    finally:
-        for reader in readers:
-            reader.close()
+    """`pattern.jobs` readers, each in a process of its own (as a DataLoader's
+    workers are: no GIL between them), as one group."""
+    before = disk_counters(target)
+    started = time.perf_counter()
+    if pattern.jobs == 1:
+        jobs = [run_reader_job(target, pattern, runtime, backend)]
+    else:
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(pattern.jobs, mp_context=context) as pool:
+            futures = [pool.submit(run_reader_job, target, pattern, runtime, backend)
+                       for _ in range(pattern.jobs)]  # fmt: skip
+            jobs = [future.result() for future in futures]
+    elapsed = time.perf_counter() - started
+    disk = disk_delta(before, disk_counters(target))
+    count = sum(n for n, _, _ in jobs)
+    if pattern.api == "read":
+        latencies = np.concatenate([np.array(calls, dtype=np.float64) for _, calls, _ in jobs])
+        cuts = np.percentile(latencies, PERCENTILES)
+        percentiles = {fio_key(q): float(v) for q, v in zip(PERCENTILES, cuts, strict=True)}
+    else:
+        stats = [one for _, _, kept in jobs for one in kept]
+        buckets = [tuple(b) for s in stats for b in s["io_latency_histogram_ns"]]
+        largest = max(s["io_latency_us"]["max"] for s in stats) * 1e3
+        percentiles = histogram_percentiles(buckets, largest)
     iops = count / elapsed
     return Result("pyinit", pattern.name, iops, iops * pattern.block_size, pattern.latency,
                   percentiles, disk)  # fmt: skip
@@ -302,6 +320,48 @@ def run_fio(target: str, pattern: Pattern, runtime: float) -> Result:
     percentiles = {fio_key(q): float(cuts.get(fio_key(q), 0)) for q in PERCENTILES}
     return Result("fio", pattern.name, read["iops"], read["bw_bytes"], pattern.latency,
                   percentiles, disk)  # fmt: skip
+
+
+# fio's sequential direct reads worth trying on a device: its ceiling is not one
+# setting (an H200 node's disk: 0.95 GB/s at 1 MiB depth 16, 1.80 at 128 KiB
+# depth 64). (block size, depth, jobs); jobs split the file between them.
+SEQUENTIAL_SWEEP = ((128 << 10, 64, 1), (1 << 20, 16, 1), (1 << 20, 64, 1), (4 << 20, 32, 1),
+                    (1 << 20, 16, 4), (4 << 20, 32, 4))  # fmt: skip
+
+
+def fio_size(size: int) -> str:
+    """A byte count as fio writes it: 4k, 1m."""
+    for unit, factor in (("m", 1 << 20), ("k", 1 << 10)):
+        if size % factor == 0:
+            return f"{size // factor}{unit}"
+    return str(size)
+
+
+def setting_name(block_size: int, depth: int, jobs: int) -> str:
+    return f"bs={fio_size(block_size)} iodepth={depth} numjobs={jobs}"
+
+
+def best_sequential_read(path: str, size: int, runtime: float = 2.0) -> tuple[str, float, dict]:
+    """fio's fastest sequential direct read of `path` (its first `size`
+    bytes) over SEQUENTIAL_SWEEP, each from a cold page cache, at most
+    `runtime` seconds each: (the setting's name, bytes/s, every setting's)."""
+    rates = {}
+    for block_size, depth, jobs in SEQUENTIAL_SWEEP:
+        share = size // jobs // block_size * block_size
+        if share == 0:
+            continue
+        drop_caches()
+        command = [
+            "fio", "--name=sweep", f"--filename={path}", "--ioengine=io_uring", "--direct=1",
+            "--rw=read", f"--bs={block_size}", f"--iodepth={depth}", f"--numjobs={jobs}",
+            f"--size={share}", f"--offset_increment={share}", "--group_reporting",
+            f"--runtime={runtime}", "--output-format=json", "--readonly",
+        ]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, check=True)
+        read = json.loads(done.stdout[done.stdout.index("{") :])["jobs"][0]["read"]
+        rates[setting_name(block_size, depth, jobs)] = float(read["bw_bytes"])
+    best = max(rates, key=rates.__getitem__)
+    return best, rates[best], rates
 
 
 def fio_version() -> str:
@@ -384,7 +444,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--runtime", type=argtypes.seconds(0.1, 3600), default=5.0, help="seconds per run"
     )
     fio_knobs = parser.add_argument_group(
-        "one pattern in fio's knobs (any of them replaces the five default patterns)"
+        "one pattern in fio's knobs (any of them replaces the six default patterns)"
     )
     fio_knobs.add_argument("--rw", choices=("randread", "read"),
                            help="random or sequential reads (the reader only reads)")  # fmt: skip
@@ -393,7 +453,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fio_knobs.add_argument("--iodepth", type=argtypes.whole(1, _native.MAX_QUEUE_DEPTH),
                            help="reads in flight per job (default 1)")  # fmt: skip
     fio_knobs.add_argument("--numjobs", type=argtypes.whole(1, 256), default=1,
-                           help="readers running at once, reported as one group")  # fmt: skip
+                           help="readers running at once, each in a process of its own, "
+                           "reported as one group")  # fmt: skip
     fio_knobs.add_argument("--api", choices=APIS, help="how our reader is called (default: read "
                            "at iodepth 1, else stream)")  # fmt: skip
     parser.add_argument("--rounds", type=argtypes.whole(1, 1000), default=2)
@@ -438,7 +499,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def chosen_patterns(args: argparse.Namespace) -> list[Pattern]:
-    """The one pattern fio's knobs describe, or the five default ones."""
+    """The one pattern fio's knobs describe, or the six default ones."""
     if args.bs is not None and args.bs % 512:
         raise InputError(f"--bs {args.bs} is not a multiple of 512 (O_DIRECT reads whole sectors)")
     depth = args.iodepth or 1
