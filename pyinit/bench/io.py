@@ -188,9 +188,9 @@ def histogram_percentiles(buckets: list[tuple[int, int]], largest_ns: float) -> 
 def run_job(
     reader: DirectReader, pattern: Pattern, runtime: float
 ) -> tuple[int, list[int], list[dict]]:
-    """One job's reads for `runtime` seconds, called the plain way: (reads done,
-    per-call latencies in ns for the read API, where each call is one IO, and
-    the stats that hold the IO latency otherwise)."""
+    """One job's reads for about `runtime` seconds, called the plain way:
+    (reads done, per-call latencies in ns for the read API, where each call is
+    one IO, and the stats that hold the IO latency otherwise)."""
     rng = np.random.default_rng()
     size = reader.size
     blocks = size // pattern.block_size
@@ -245,17 +245,20 @@ def run_job(
 
 
 def run_reader_job(target: str, pattern: Pattern, runtime: float,
-                   backend: str) -> tuple[int, list[int], list[dict]]:  # fmt: skip
-    """One job with a reader of its own (a data-loader worker's)."""
+                   backend: str) -> tuple[float, list[int], list[dict]]:  # fmt: skip
+    """One job with a reader of its own (a data-loader worker's): its reads
+    per second over its own time reading (as fio counts a job's), the
+    latencies and the stats."""
     with DirectReader(target, queue_depth=pattern.depth, backend=backend) as reader:
-        return run_job(reader, pattern, runtime)
+        started = time.perf_counter()
+        count, latencies, stats = run_job(reader, pattern, runtime)
+        return count / (time.perf_counter() - started), latencies, stats
 
 
 def run_reader(target: str, pattern: Pattern, runtime: float, backend: str) -> Result:
     """`pattern.jobs` readers, each in a process of its own (as a DataLoader's
     workers are: no GIL between them), as one group."""
     before = disk_counters(target)
-    started = time.perf_counter()
     if pattern.jobs == 1:
         jobs = [run_reader_job(target, pattern, runtime, backend)]
     else:
@@ -264,9 +267,7 @@ def run_reader(target: str, pattern: Pattern, runtime: float, backend: str) -> R
             futures = [pool.submit(run_reader_job, target, pattern, runtime, backend)
                        for _ in range(pattern.jobs)]  # fmt: skip
             jobs = [future.result() for future in futures]
-    elapsed = time.perf_counter() - started
     disk = disk_delta(before, disk_counters(target))
-    count = sum(n for n, _, _ in jobs)
     if pattern.api == "read":
         latencies = np.concatenate([np.array(calls, dtype=np.float64) for _, calls, _ in jobs])
         cuts = np.percentile(latencies, PERCENTILES)
@@ -276,7 +277,7 @@ def run_reader(target: str, pattern: Pattern, runtime: float, backend: str) -> R
         buckets = [tuple(b) for s in stats for b in s["io_latency_histogram_ns"]]
         largest = max(s["io_latency_us"]["max"] for s in stats) * 1e3
         percentiles = histogram_percentiles(buckets, largest)
-    iops = count / elapsed
+    iops = sum(rate for rate, _, _ in jobs)  # fio's group: the jobs' rates added
     return Result("pyinit", pattern.name, iops, iops * pattern.block_size, pattern.latency,
                   percentiles, disk)  # fmt: skip
 
