@@ -4,7 +4,7 @@
 // much of a gap is the core's and how much the binding's and Python's.
 //
 //   read_harness FILE [--bs 4096] [--depth 32] [--seconds 5]
-//                [--api batch|stream|stream-batch] [--backend io_uring|pread]
+//                [--api read|batch|stream|stream-batch] [--backend io_uring|pread]
 //
 // Prints one line: api, IOPS, GB/s, and the reader's IO latency p50/p99 (us).
 #include <cerrno>
@@ -36,7 +36,7 @@ struct Options {
 int usage(const char* why) {
   std::fprintf(stderr,
                "read_harness: %s\nusage: read_harness FILE [--bs N] [--depth N] [--seconds S] "
-               "[--api batch|stream|stream-batch] [--backend io_uring|pread]\n",
+               "[--api read|batch|stream|stream-batch] [--backend io_uring|pread]\n",
                why);
   return 2;
 }
@@ -80,8 +80,9 @@ bool parse(int argc, char** argv, Options* options, const char** why) {
   if (options->path.empty()) *why = "no FILE";
   if (options->block_size == 0 || options->block_size % 512 != 0) *why = "--bs: a multiple of 512";
   if (options->depth == 0 || options->depth > 4096) *why = "--depth: 1 to 4096";
-  if (options->api != "batch" && options->api != "stream" && options->api != "stream-batch")
-    *why = "--api: batch, stream or stream-batch";
+  if (options->api != "read" && options->api != "batch" && options->api != "stream" &&
+      options->api != "stream-batch")
+    *why = "--api: read, batch, stream or stream-batch";
   return *why == nullptr;
 }
 
@@ -108,7 +109,15 @@ int main(int argc, char** argv) {
     const auto began = Clock::now();
     uint64_t rows = 0;
     pod_init::ReaderStats stats;
-    if (options.api == "batch") {
+    if (options.api == "read") {  // one read_into per IO: the depth is 1
+      pod_init::AlignedBuffer row(options.block_size);
+      while (Clock::now() < deadline) {
+        for (uint64_t offset : offsets(64))
+          reader.read_into(row.data(), options.block_size, offset);
+        rows += 64;
+      }
+      stats = reader.stats();
+    } else if (options.api == "batch") {
       pod_init::AlignedBuffer rows_memory(options.depth * options.block_size);
       while (Clock::now() < deadline) {
         reader.read_batch_into(offsets(options.depth), options.block_size, rows_memory.data());
