@@ -206,15 +206,19 @@ def train_command(pyinit_bin, run_dir: Path, shards: Path, *extra: str) -> list[
 @pytest.mark.slow
 def test_a_slow_data_path_is_the_largest_loss(pyinit_bin, shards, tmp_path):
     run_dir = tmp_path / "run"
-    done = subprocess.run(train_command(pyinit_bin, run_dir, shards, "--steps", "40",
-                                        "--slow-data", "0.4"),
+    # A second of data wait per step, made by the script: large against what
+    # a loaded machine adds to the steps, so the conclusion below holds on
+    # any machine (a share of the step time would move with the load).
+    done = subprocess.run(train_command(pyinit_bin, run_dir, shards, "--steps", "20",
+                                        "--slow-data", "1.0"),
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     document = json.loads(pyinit_report(pyinit_bin, run_dir, "--json").stdout)
     losses = {k: v["seconds"] for k, v in document["breakdown"].items() if k != "productive"}
     assert max(losses, key=losses.get) == "data", losses
+    assert losses["data"] >= 2 * 20 * 1.0 * 0.9, losses  # 2 ranks, 20 steps, 1 s each
     assert document["findings"][0].split(" waited for data")[0].endswith("rank-seconds)")
-    assert document["data_wait_of_step_time"] > 0.5 and document["ended"]
+    assert document["ended"]
     assert (run_dir / "report.html").exists()
 
 
