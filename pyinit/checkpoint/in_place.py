@@ -8,15 +8,16 @@ which no file ``save`` or the safetensors library writes has). A stretch's
 memory is freed with the last of its tensors.
 
 Reads are windows of ``staging.BLOCK_BYTES``, ``READERS`` in flight, each its
-reader's queue deep. A window's CRCs run in a pool thread as soon as
-it has arrived, while the next windows are read: the thread that waits for
-the reads never checksums.
+reader's queue deep. A window's CRCs run in pool threads as soon as it has
+arrived, while the next windows are read: the thread that waits for the
+reads never checksums.
 
 A file on a loop device that reads its backing file through the page cache
 (the loop's own direct IO off: ``losetup`` without ``--direct-io=on``, a
 container's image as most runtimes mount it) is read through the page cache
-too: O_DIRECT there is turned back into buffered reads of the backing file by
-the loop's worker, one request at a time, and loses to the kernel's readahead.
+too: O_DIRECT there bypasses only the upper cache, and the loop's worker turns
+each request into a buffered read of the backing file, one at a time,
+without the readahead a buffered reader of the upper file gets.
 """
 
 from __future__ import annotations
