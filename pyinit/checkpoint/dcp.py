@@ -61,7 +61,16 @@ from torch.distributed.checkpoint.planner import (
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
-from pyinit.checkpoint.staging import ALIGN, BLOCK_BYTES, Copies, Held, block, mark
+from pyinit.checkpoint.staging import (
+    ALIGN,
+    BLOCK_BYTES,
+    Copies,
+    Held,
+    aligned_range,
+    block,
+    mark,
+    whole_pages,
+)
 from pyinit.errors import InputError
 from pyinit.io import (
     ChecksumMismatch,
@@ -536,8 +545,7 @@ class DirectStorageReader(_Folder, StorageReader):
                     reader = readers.get(path)
                     if reader is None:
                         reader = readers[path] = DirectReader(path, queue_depth=self.queue_depth)
-                    begin = run.begin - run.begin % ALIGN
-                    end = min(-(-run.end // ALIGN) * ALIGN, -(-reader.size // ALIGN) * ALIGN)
+                    begin, end = aligned_range(run.begin, run.end, whole_pages(reader.size))
                     got = reader.read_into(buffer[: end - begin], begin) if end > begin else 0
                     if got < run.end - begin:
                         raise InputError(

@@ -70,8 +70,7 @@ def stretches(chosen: Sequence[Sequence[Entry]], sizes: Sequence[int]) -> list[S
         for entry, number in numbered:
             if entry.end == entry.begin:
                 continue
-            low = entry.begin - entry.begin % staging.ALIGN
-            high = min(-(-entry.end // staging.ALIGN) * staging.ALIGN, sizes[file])
+            low, high = staging.aligned_range(entry.begin, entry.end, sizes[file])
             if current is not None and low <= current.end + GAP:
                 current.end = max(current.end, high)
                 current.entries.append(entry)
@@ -137,7 +136,7 @@ def fill(
     windows = []
     for stretch in plan:
         # Whole pages, so the last window's read goes straight in too.
-        stretch.memory = aligned_empty(_pages(stretch.end - stretch.begin))
+        stretch.memory = aligned_empty(staging.whole_pages(stretch.end - stretch.begin))
         for at in range(stretch.begin, stretch.end, staging.BLOCK_BYTES):
             windows.append((stretch, at, min(at + staging.BLOCK_BYTES, stretch.end)))
     buffered = [page_cache_backed(path) for path in paths]
@@ -146,7 +145,9 @@ def fill(
 
     def read(stretch: Stretch, begin: int, end: int) -> int:
         assert stretch.memory is not None
-        destination = stretch.memory[begin - stretch.begin : _pages(end - stretch.begin)]
+        destination = stretch.memory[
+            begin - stretch.begin : staging.whole_pages(end - stretch.begin)
+        ]
         if buffered[stretch.file]:
             return through_cache.read(stretch.file, destination, begin)
         return direct.read_into(stretch.file, destination, begin)
@@ -189,10 +190,6 @@ def _checksum_window(stretch: Stretch, begin: int, end: int,
         if low < high:
             data = stretch.memory[low - stretch.begin : high - stretch.begin]
             parts.setdefault(key, []).append((high - low, submit(crc32c, data)))
-
-
-def _pages(length: int) -> int:
-    return -(-length // staging.ALIGN) * staging.ALIGN
 
 
 def _views(plan: list[Stretch], entries: list[Entry]) -> list[torch.Tensor]:

@@ -189,6 +189,17 @@ class Window:
     pieces: tuple[Piece, ...]
 
 
+def aligned_range(begin: int, end: int, size: int) -> tuple[int, int]:
+    """The O_DIRECT-aligned bytes that cover [begin, end) of a file of
+    `size` bytes: the end stops at the file's end, where a read may."""
+    return begin - begin % ALIGN, min(whole_pages(end), size)
+
+
+def whole_pages(length: int) -> int:
+    """`length` rounded up to the alignment."""
+    return -(-length // ALIGN) * ALIGN
+
+
 def windows(pieces: Sequence[Piece], sizes: Sequence[int]) -> list[Window]:
     """Aligned reads of at most a block that cover every piece, in file order."""
     out: list[Window] = []
@@ -201,7 +212,7 @@ def windows(pieces: Sequence[Piece], sizes: Sequence[int]) -> list[Window]:
         # Aligned ranges the pieces need, merged where they touch.
         ranges: list[list[int]] = []
         for piece in ordered:
-            lo, hi = piece.begin - piece.begin % ALIGN, min(-(-piece.end // ALIGN) * ALIGN, size)
+            lo, hi = aligned_range(piece.begin, piece.end, size)
             if ranges and lo <= ranges[-1][1]:
                 ranges[-1][1] = max(ranges[-1][1], hi)
             else:
@@ -235,7 +246,7 @@ class Readers:
         self._lock = threading.Lock()
 
     def read(self, window: Window, block: torch.Tensor) -> int:
-        length = -(-window.length // ALIGN) * ALIGN
+        length = whole_pages(window.length)
         return self.read_into(window.file, block.numpy()[:length], window.begin)
 
     def read_into(self, file: int, destination: np.ndarray, offset: int) -> int:
