@@ -874,3 +874,29 @@ def test_a_loop_image_read_through_the_page_cache_is_loaded_buffered(
                 time.sleep(0.1)
     finally:
         subprocess.run(["losetup", "-d", device], check=True)
+
+
+def test_a_buffered_load_of_many_files_leaves_no_descriptor_open(folder, monkeypatch):
+    import torch
+
+    from pyinit import checkpoint
+    from pyinit.checkpoint import in_place
+
+    # Reader threads share the buffered descriptors: each file's is opened
+    # once, before they start, and closed after, whatever the load's outcome.
+    state = {}
+    for shard in range(6):
+        part = {f"s{shard}.w{i}": torch.randn(1 << 18) for i in range(4)}
+        checkpoint.save(part, folder / f"model-{shard}.safetensors")
+        state.update(part)
+    monkeypatch.setattr(in_place, "page_cache_backed", lambda path: True)
+    before = sorted(os.listdir("/proc/self/fd"))
+    for _ in range(3):
+        loaded = checkpoint.load(folder)
+        assert all(torch.equal(loaded[k], v) for k, v in state.items())
+    assert sorted(os.listdir("/proc/self/fd")) == before
+    # A file that cannot be opened closes the ones opened before it.
+    paths = [str(folder / "model-0.safetensors"), str(folder / "gone.safetensors")]
+    with pytest.raises(FileNotFoundError):
+        in_place._BufferedReads(paths, [True, True])
+    assert sorted(os.listdir("/proc/self/fd")) == before

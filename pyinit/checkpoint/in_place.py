@@ -99,17 +99,22 @@ def page_cache_backed(path: str) -> bool:
 
 
 class _BufferedReads:
-    """Reads through the page cache, one descriptor per file."""
+    """Reads through the page cache, one descriptor per file, all opened
+    before any reader thread starts."""
 
-    def __init__(self, paths: Sequence[str]):
+    def __init__(self, paths: Sequence[str], wanted: Sequence[bool]):
         self._fds: dict[int, int] = {}
-        self._paths = paths
+        try:
+            for file, path in enumerate(paths):
+                if wanted[file]:
+                    fd = self._fds[file] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        except BaseException:
+            self.close()
+            raise
 
     def read(self, file: int, destination: np.ndarray, offset: int) -> int:
-        fd = self._fds.get(file)
-        if fd is None:
-            fd = self._fds[file] = os.open(self._paths[file], os.O_RDONLY | os.O_CLOEXEC)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        fd = self._fds[file]
         view, done = memoryview(destination).cast("B"), 0
         while done < len(view):
             got = os.preadv(fd, [view[done:]], offset + done)
@@ -121,6 +126,7 @@ class _BufferedReads:
     def close(self) -> None:
         for fd in self._fds.values():
             os.close(fd)
+        self._fds.clear()
 
 
 def fill(
@@ -140,8 +146,8 @@ def fill(
         for at in range(stretch.begin, stretch.end, staging.BLOCK_BYTES):
             windows.append((stretch, at, min(at + staging.BLOCK_BYTES, stretch.end)))
     buffered = [page_cache_backed(path) for path in paths]
+    through_cache = _BufferedReads(paths, buffered)
     direct = staging.Readers(paths, queue_depth)
-    through_cache = _BufferedReads(paths)
 
     def read(stretch: Stretch, begin: int, end: int) -> int:
         assert stretch.memory is not None
