@@ -784,6 +784,7 @@ def test_a_cpu_load_reads_into_the_tensors_memory_with_no_second_copy(folder):
 
     from pyinit import checkpoint
     from pyinit.bench.checkpoint import HostPeak
+    from pyinit.checkpoint import in_place
 
     state = {f"w{i}": torch.randn(1 << 20) for i in range(16)}  # 64 MiB
     state["bias"] = torch.arange(7, dtype=torch.int16)
@@ -796,10 +797,12 @@ def test_a_cpu_load_reads_into_the_tensors_memory_with_no_second_copy(folder):
     for name, tensor in state.items():
         assert torch.equal(loaded[name], tensor), name
     # One allocation holds every tensor of the file: the bytes were read there
-    # and nowhere else (the staging blocks alone would be 128 MiB).
+    # and nowhere else. Beyond the file, only each reader's registered 4 MiB
+    # of bounce slots; a second copy would be 64 MiB more, the staging blocks
+    # alone 128 MiB.
     storages = {t.untyped_storage().data_ptr() for n, t in loaded.items() if n != "empty"}
     assert len(storages) == 1
-    assert peak.bytes < 1.25 * size, (peak.bytes, size)
+    assert peak.bytes < size + in_place.READERS * (4 << 20) + (8 << 20), (peak.bytes, size)
     # Views of their own bytes only: writing one leaves its neighbours alone.
     loaded["w0"].zero_()
     assert torch.equal(loaded["w1"], state["w1"])
