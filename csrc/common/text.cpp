@@ -41,4 +41,16 @@ std::string printable(std::string_view text) {
   return out;
 }
 
+std::vector<std::string> split_on(std::string_view text, char separator) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(separator, start);
+    if (end == std::string_view::npos) end = text.size();
+    if (end > start) parts.emplace_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return parts;
+}
+
 }  // namespace pod_init

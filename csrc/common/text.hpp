@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace pod_init {
 
@@ -15,5 +16,8 @@ size_t utf8_sequence(std::string_view text, size_t at);
 
 // `text` with invalid UTF-8 and control characters (tab and newline too) as \xNN.
 std::string printable(std::string_view text);
+
+// The non-empty pieces of `text` between `separator`s ("a,,b" -> a, b).
+std::vector<std::string> split_on(std::string_view text, char separator);
 
 }  // namespace pod_init

@@ -2,24 +2,15 @@
 
 #include "common/line_input.hpp"
 #include "common/sysfs.hpp"
+#include "common/text.hpp"
 
 namespace pod_init {
 
 namespace {
 
 constexpr std::string_view kPrefix = "podinit.";
-
-std::vector<std::string> split_on(std::string_view text, char separator) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t end = text.find(separator, start);
-    if (end == std::string_view::npos) end = text.size();
-    if (end > start) parts.emplace_back(text.substr(start, end - start));
-    start = end + 1;
-  }
-  return parts;
-}
+constexpr const char* kNameCharacters =
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_";
 
 // Returns "" when the value was taken, else what is wrong with it.
 std::string apply_one(const std::string& key, const std::string& value, InitConfig* config) {
@@ -74,17 +65,52 @@ std::string apply_one(const std::string& key, const std::string& value, InitConf
       return "";
     }
     bool names = !value.empty() &&
-                 value.find_first_not_of(
-                     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.,") ==
-                     std::string::npos;
+                 value.find_first_not_of(std::string(kNameCharacters) + ".,") == std::string::npos;
     if (!names)
       return "podinit.warm= must be on, off or modules to preload (a,b.c), not '" + value + "'";
     config->warm = true;
     config->warm_preloads = value;
     return "";
   }
+  if (key == "nvreg") {
+    std::string joined;
+    for (const std::string& item : split_on(value, ',')) {
+      size_t equals = item.find('=');
+      bool named = equals != std::string::npos && equals > 0 &&
+                   item.find_first_not_of(kNameCharacters) >= equals &&
+                   item.find_first_of(" \t\"", equals) == std::string::npos;
+      if (!named)
+        return "podinit.nvreg= takes NAME=VALUE items separated by commas, not '" + item + "'";
+      joined += (joined.empty() ? "" : " ") + item;
+    }
+    if (joined.empty()) return "podinit.nvreg= is empty";
+    config->nvreg = joined;
+    return "";
+  }
+  if (key == "modules_lock") {
+    if (value != "on" && value != "off") {
+      return "podinit.modules_lock= must be on or off, not '" + value + "'";
+    }
+    config->modules_lock = value == "on";
+    return "";
+  }
+  if (key == "gpu_wait") {
+    auto number = sysfs::parse_int(value);
+    if (!number || *number < 1 || *number > 3600) {
+      return "podinit.gpu_wait= needs a whole number of seconds from 1 to 3600, not '" + value +
+             "'";
+    }
+    config->gpu_wait_s = static_cast<unsigned>(*number);
+    return "";
+  }
+  if (key == "sysfs") {
+    if (value.empty() || value[0] != '/') return "podinit.sysfs= needs an absolute path";
+    config->sysfs_root = value;
+    return "";
+  }
   return "unknown parameter podinit." + key +
-         " (known: cmd, modules, wait, hostname, data, root, expect_gpus, end, grace, warm)";
+         " (known: cmd, modules, wait, hostname, data, root, expect_gpus, end, grace, warm, "
+         "nvreg, modules_lock, gpu_wait, sysfs)";
 }
 
 // "podinit.key=value" → apply; a word without '=' is an error too.

@@ -27,6 +27,17 @@ struct InitConfig {
   // preloads) started as soon as the root is mounted, beside the boot's other steps.
   bool warm = false;
   std::string warm_preloads;
+  // podinit.nvreg=NVreg_A=1,NVreg_B=2: the nvidia module's parameters, as
+  // finit_module takes them ("NVreg_A=1 NVreg_B=2").
+  std::string nvreg;
+  // podinit.modules_lock=on|off: after a GPU bring-up, no module loads again
+  // (/proc/sys/kernel/modules_disabled).
+  bool modules_lock = true;
+  // podinit.gpu_wait=S: the deadline for GPUs to appear, daemons to start and
+  // the fabric to complete.
+  unsigned gpu_wait_s = 120;
+  // podinit.sysfs=DIR: the tree the scan reads (a recorded one, to rehearse a node).
+  std::string sysfs_root = "/sys";
 };
 
 // Splits a kernel command line the way the kernel does: on spaces, with double

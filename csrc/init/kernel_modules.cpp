@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -136,19 +137,41 @@ std::vector<std::string> module_dep_lines(const std::string& release_dir,
   return lines;
 }
 
-int load_modules(const std::string& release_dir, const std::vector<std::string>& wanted,
-                 std::vector<ModuleLoad>* loads, std::string* missing) {
-  ModuleIndex index;
+namespace {
+
+int index_and_order(const std::string& release_dir, const std::vector<std::string>& wanted,
+                    ModuleIndex* index, std::vector<std::string>* order, std::string* missing) {
   int line = 0;
-  int rc = read_module_index(release_dir, &index, missing, &line);
+  int rc = read_module_index(release_dir, index, missing, &line);
   if (rc < 0) {
     if (line > 0) *missing += ":" + std::to_string(line);
     return rc;
   }
+  return module_load_order(*index, wanted, order, missing);
+}
+
+}  // namespace
+
+int modules_to_load(const std::string& release_dir, const std::vector<std::string>& wanted,
+                    std::vector<std::string>* order, std::string* missing) {
+  ModuleIndex index;
+  return index_and_order(release_dir, wanted, &index, order, missing);
+}
+
+int load_modules(const std::string& release_dir, const std::vector<std::string>& wanted,
+                 std::vector<ModuleLoad>* loads, std::string* missing,
+                 const std::map<std::string, std::string>& params,
+                 const std::string& sys_module_dir) {
+  ModuleIndex index;
   std::vector<std::string> order;
-  if ((rc = module_load_order(index, wanted, &order, missing)) < 0) return rc;
+  if (int rc = index_and_order(release_dir, wanted, &index, &order, missing); rc < 0) return rc;
   for (const std::string& name : order) {
     ModuleLoad load{name, 0, 0};
+    if (access((sys_module_dir + "/" + name).c_str(), F_OK) == 0) {
+      load.already = true;
+      loads->push_back(load);
+      continue;
+    }
     const std::string& path = index.path.at(name);
     uint64_t start = boottime_ns();
     int fd = open((release_dir + "/" + path).c_str(), O_RDONLY | O_CLOEXEC);
@@ -156,7 +179,9 @@ int load_modules(const std::string& release_dir, const std::vector<std::string>&
       load.result = -errno;
     } else {
       bool compressed = ends_with(path, ".xz") || ends_with(path, ".zst") || ends_with(path, ".gz");
-      if (syscall(SYS_finit_module, fd, "", compressed ? kCompressedFile : 0u) != 0 &&
+      auto given = params.find(name);
+      const char* values = given == params.end() ? "" : given->second.c_str();
+      if (syscall(SYS_finit_module, fd, values, compressed ? kCompressedFile : 0u) != 0 &&
           errno != EEXIST) {
         load.result = -errno;
       }
@@ -167,6 +192,15 @@ int load_modules(const std::string& release_dir, const std::vector<std::string>&
     if (load.result < 0) return load.result;
   }
   return 0;
+}
+
+std::string module_load_line(const ModuleLoad& load) {
+  if (load.already) return "module " + load.name + " already loaded";
+  char line[200];
+  std::snprintf(line, sizeof line, "module %s %s (%.1f ms)", load.name.c_str(),
+                load.result == 0 ? "loaded" : "failed",
+                static_cast<double>(load.nanoseconds) / 1e6);
+  return line;
 }
 
 std::vector<DeviceNode> nvidia_device_nodes(std::string_view proc_devices, int gpu_count,

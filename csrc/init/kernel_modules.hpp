@@ -46,14 +46,27 @@ struct ModuleLoad {
   std::string name;
   int result = 0;  // 0, or -errno from open or finit_module (-EEXIST counts as loaded)
   uint64_t nanoseconds = 0;
+  bool already = false;  // loaded before we asked: nothing was read or handed over
 };
 
-// Loads `wanted` and what they need from `release_dir` (/lib/modules/RELEASE).
+// "module NAME loaded (12.3 ms)", "... already loaded", "... failed (...)".
+std::string module_load_line(const ModuleLoad& load);
+
+// Loads `wanted` and what they need from `release_dir` (/lib/modules/RELEASE),
+// each with its entry of `params` ("a=1 b=2", by module name) if it has one.
 // Compressed modules (.ko.xz, .ko.zst, .ko.gz) go to the kernel as they are,
 // with MODULE_INIT_COMPRESSED_FILE. Stops at the first failure. Returns 0 or
 // -errno (also -ENOENT for a name that does not exist, with `missing`).
+// A module with a folder in `sys_module_dir` is loaded already and skipped.
 int load_modules(const std::string& release_dir, const std::vector<std::string>& wanted,
-                 std::vector<ModuleLoad>* loads, std::string* missing);
+                 std::vector<ModuleLoad>* loads, std::string* missing,
+                 const std::map<std::string, std::string>& params = {},
+                 const std::string& sys_module_dir = "/sys/module");
+
+// The names `wanted` would load from `release_dir`, dependencies first; -errno
+// as load_modules says.
+int modules_to_load(const std::string& release_dir, const std::vector<std::string>& wanted,
+                    std::vector<std::string>* order, std::string* missing);
 
 struct DeviceNode {
   std::string path;

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -27,6 +28,7 @@
 #include "common/sysfs.hpp"
 #include "init/boot_state.hpp"
 #include "init/kernel_modules.hpp"
+#include "init/nvidia_bringup.hpp"
 #include "init/supervisor.hpp"
 #include "nccl/nccl_config.hpp"
 #include "topology/topology.hpp"
@@ -39,6 +41,10 @@ constexpr ino_t kInitPidNamespaceInode = 0xEFFFFFFCU;  // PROC_PID_INIT_INO
 constexpr const char* kConfigFile = "/etc/pod-init.conf";
 constexpr const char* kDefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 constexpr unsigned kDeviceWaitMs = 30000;
+// Where the boot image's shared libraries are (it has no ld.so.cache): the
+// driver's daemons and pod-init-nvml run with these.
+constexpr const char* kImageLibraryPath =
+    "/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu:/lib64:/usr/lib64:/lib:/usr/lib";
 
 struct PseudoMount {
   const char* source;
@@ -242,22 +248,33 @@ InitConfig read_config(std::vector<std::string>* errors) {
   return config;
 }
 
-void load_configured_modules(const InitConfig& config) {
-  if (config.modules.empty()) return;
+// The running kernel's modules in the boot image: /lib/modules/RELEASE.
+std::string release_dir() {
   utsname uts{};
   uname(&uts);
-  std::string release_dir = std::string("/lib/modules/") + uts.release;
+  return std::string("/lib/modules/") + uts.release;
+}
+
+NvidiaBringupOptions nvidia_options(const InitConfig& config) {
+  NvidiaBringupOptions options;
+  options.release_dir = release_dir();
+  options.nvreg = config.nvreg;
+  options.deadline_s = config.gpu_wait_s;
+  options.library_path = kImageLibraryPath;
+  options.log = boot_log;
+  return options;
+}
+
+void load_configured_modules(const InitConfig& config) {
+  if (config.modules.empty()) return;
+  const std::string release_dir = pod_init::release_dir();
   std::vector<ModuleLoad> loads;
   std::string missing;
   int rc = load_modules(release_dir, config.modules, &loads, &missing);
   uint64_t total_ns = 0;
   for (const ModuleLoad& load : loads) {
     total_ns += load.nanoseconds;
-    char line[160];
-    std::snprintf(line, sizeof line, "module %s %s (%.1f ms)", load.name.c_str(),
-                  load.result == 0 ? "loaded" : "failed",
-                  static_cast<double>(load.nanoseconds) / 1e6);
-    boot_log(line);
+    boot_log(module_load_line(load));
   }
   if (rc == -ENOENT && !missing.empty() && (loads.empty() || loads.back().result == 0)) {
     throw SysError(ENOENT, "find module " + missing + " in", release_dir + "/modules.dep");
@@ -283,6 +300,7 @@ class BootTimeline {
     } record{this, phase, start};
     return step();
   }
+  void add(BootPhase phase) { phases_.push_back(std::move(phase)); }
   void add(const char* phase, uint64_t start_ns, uint64_t end_ns) {
     phases_.push_back(
         {phase, static_cast<double>(start_ns) / 1e9, static_cast<double>(end_ns - start_ns) / 1e9});
@@ -319,10 +337,11 @@ int gpu_count(const Topology& topo) {
   return gpus;
 }
 
-// The NVIDIA device nodes, then the NCCL configuration from the scan in hand.
-NcclConfig configure_gpus(const Topology& topo) {
+// The NVIDIA device nodes (unless the driver's bring-up made them), then the
+// NCCL configuration from the scan in hand and what NVML said of the GPUs.
+NcclConfig configure_gpus(const Topology& topo, const GpuDetailsMap& details, bool make_nodes) {
   std::string devices;
-  if (sysfs::read_text("/proc/devices", &devices) == 0) {
+  if (make_nodes && sysfs::read_text("/proc/devices", &devices) == 0) {
     std::vector<DeviceNode> nodes = nvidia_device_nodes(devices, gpu_count(topo));
     if (!nodes.empty()) {
       int rc = make_device_nodes(nodes);
@@ -332,6 +351,7 @@ NcclConfig configure_gpus(const Topology& topo) {
   }
   NcclRequest request = make_nccl_request(topo, {"", "/proc", process_environment()});
   request.out_dir = std::string(kBootStateDir) + "/nccl";
+  request.details = details;
   return build_nccl_config(request);
 }
 
@@ -413,6 +433,34 @@ void run_machine_init() {
     timeline.add("kernel", 0, started_ns);
     timeline.measure("modules", [&] { load_configured_modules(config); });
     if (getenv("PATH") == nullptr) setenv("PATH", kDefaultPath, 1);
+    std::optional<Topology> topo;
+    auto scan_node = [&] {
+      topo = timeline.measure("scan", [&] {
+        ScanOptions options;
+        options.sysfs_root = config.sysfs_root;
+        options.expect_gpus = config.expect_gpus;
+        return scan(options);
+      });
+      log_preflight(*topo);
+      if (has_errors(topo->findings)) {
+        throw std::runtime_error("preflight found errors: not starting the command");
+      }
+    };
+    // An image with the NVIDIA driver starts it from the boot image's files
+    // before anything else: the scan first, to know the GPUs to wait for.
+    // Its daemons and NVML's watch then run beside the root, the warm
+    // interpreter and the mounts, and the NCCL files wait for the fabric.
+    std::unique_ptr<NvidiaBringup> nvidia;
+    if (holds_nvidia_driver(release_dir())) {
+      scan_node();
+      NvidiaHardware hardware = find_nvidia_hardware(*topo);
+      if (hardware.gpus.empty() && hardware.nvswitches.empty()) {
+        boot_log("nvidia: no NVIDIA GPU or NVSwitch here: the driver is not started");
+      } else {
+        nvidia = std::make_unique<NvidiaBringup>(nvidia_options(config));
+        nvidia->start(hardware);
+      }
+    }
     // With podinit.warm the root (where Python is) comes first, so that the warm
     // interpreter starts and imports beside the scan, the device waits and the mounts.
     const bool root_first = config.warm && !config.root.empty();
@@ -425,21 +473,7 @@ void run_machine_init() {
     pid_t warm = -1;
     const uint64_t warm_started = boottime_ns();
     if (config.warm) warm = start_warm_interpreter(config);
-    Topology topo = timeline.measure("scan", [&] {
-      ScanOptions options;
-      options.expect_gpus = config.expect_gpus;
-      return scan(options);
-    });
-    log_preflight(topo);
-    if (has_errors(topo.findings)) {
-      throw std::runtime_error("preflight found errors: not starting the command");
-    }
-    std::optional<NcclConfig> nccl;
-    if (gpu_count(topo) > 0) nccl = timeline.measure("nccl", [&] { return configure_gpus(topo); });
-    std::vector<std::pair<std::string, std::string>> env;
-    if (nccl) {
-      for (const EnvSetting& setting : nccl->env) env.emplace_back(setting.key, setting.value);
-    }
+    if (!topo) scan_node();
     timeline.measure("device wait", [&] {
       for (const std::string& path : devices_to_wait_for(config, !root_first)) {
         wait_for_path(path);
@@ -450,15 +484,29 @@ void run_machine_init() {
       timeline.measure("root", [&] { switch_root(config.root); });
     }
     if (!config.data.empty()) timeline.measure("data", [&] { mount_data(config.data); });
+    GpuDetailsMap details;
+    if (nvidia) {
+      details = nvidia->finish();
+      for (const BootPhase& phase : nvidia->phases()) timeline.add(phase);
+    }
+    std::optional<NcclConfig> nccl;
+    if (gpu_count(*topo) > 0) {
+      nccl = timeline.measure("nccl", [&] { return configure_gpus(*topo, details, !nvidia); });
+    }
+    std::vector<std::pair<std::string, std::string>> env;
+    if (nccl) {
+      for (const EnvSetting& setting : nccl->env) env.emplace_back(setting.key, setting.value);
+    }
     if (warm > 0) {
       // Bound before the command starts, so that it finds the warm interpreter.
       wait_warm_interpreter(warm);
       timeline.add("warm start", warm_started, boottime_ns());
     }
+    if (nvidia && config.modules_lock) timeline.add(nvidia->lock_modules());
     // The command (pyinit run) reuses the scan and the NCCL files instead of
     // repeating them, and starts its timeline where this one ends.
     timeline.measure("exec", [] {});
-    write_boot_state(kBootStateDir, read_boot_id(), topo, nccl ? &*nccl : nullptr,
+    write_boot_state(kBootStateDir, read_boot_id(), *topo, nccl ? &*nccl : nullptr,
                      timeline.phases());
     boot_log(std::string("state: ") + kBootStateDir + "/node.json written");
     for (const auto& [key, value] : env) setenv(key.c_str(), value.c_str(), 1);

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@ extern char** environ;
 #include "init/init_config.hpp"
 #include "init/kernel_modules.hpp"
 #include "init/machine_init.hpp"
+#include "init/nvidia_bringup.hpp"
 #include "init/supervisor.hpp"
 #include "io/aligned_buffer.hpp"
 #include "io/direct_reader.hpp"
@@ -44,6 +46,7 @@ int run_nccl(const pod_init::ParsedCommand& args);
 int run_read(const pod_init::ParsedCommand& args);
 int run_modules(const pod_init::ParsedCommand& args);
 int run_params(const pod_init::ParsedCommand& args);
+int run_bringup(const pod_init::ParsedCommand& args);
 
 struct Command {
   pod_init::CommandSpec spec;
@@ -120,6 +123,19 @@ const std::vector<Command>& commands() {
         "Checks podinit.KEY=VALUE lines as PID 1 reads /etc/pod-init.conf: one line per\n"
         "problem (initramfs/build runs it).\n"},
        run_params},
+      {{"bringup",
+        "--dry-run",
+        {{"--dry-run", nullptr, "change nothing: see and read only (required)"},
+         {"--sysfs-root", "DIR", "the sysfs tree to scan (default /sys)"},
+         {"--release-dir", "DIR", "modules.dep's folder (default /lib/modules/$(uname -r))"},
+         {"--helper", "PATH", "pod-init-nvml (default: beside this pod-init)"},
+         {"--deadline", "SECONDS", "for the GPUs and the fabric (default 120)", "seconds", 1,
+          3600}},
+        "PID 1's NVIDIA bring-up on a running node, changing nothing: which driver\n"
+        "modules are loaded, the GPUs bound, the device nodes, each GPU's persistence\n"
+        "and fabric state through NVML, and each step's time. Exits 1 when a step\n"
+        "would stop the boot.\n"},
+       run_bringup},
   };
   return table;
 }
@@ -278,6 +294,51 @@ int run_params(const pod_init::ParsedCommand& args) {
   }
   for (const std::string& error : errors) std::fprintf(stderr, "pod-init: %s\n", error.c_str());
   return errors.empty() ? kExitOk : kExitUsage;
+}
+
+int run_bringup(const pod_init::ParsedCommand& args) {
+  if (!args.has("--dry-run")) {
+    return usage_error("bringup runs only with --dry-run: PID 1 does it for real",
+                       find_command("bringup"));
+  }
+  pod_init::NvidiaBringupOptions options;
+  options.dry_run = true;
+  options.private_mounts = false;
+  options.deadline_s = static_cast<unsigned>(args.number("--deadline", options.deadline_s));
+  options.release_dir = args.text("--release-dir");
+  if (options.release_dir.empty()) {
+    utsname uts{};
+    uname(&uts);
+    options.release_dir = std::string("/lib/modules/") + uts.release;
+  }
+  std::string self;
+  pod_init::sysfs::resolve("/proc/self/exe", &self);
+  options.helper = args.text("--helper", self.substr(0, self.rfind('/') + 1) + "pod-init-nvml");
+  options.log = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
+  return reporting_errors([&] {
+    pod_init::Topology topo = pod_init::scan({args.text("--sysfs-root", "/sys"), -1, false});
+    pod_init::NvidiaHardware hardware = pod_init::find_nvidia_hardware(topo);
+    if (hardware.gpus.empty() && hardware.nvswitches.empty()) {
+      std::printf("nvidia: no NVIDIA GPU or NVSwitch here: nothing to bring up\n");
+      return kExitOk;
+    }
+    pod_init::NvidiaBringup bringup(options);
+    try {
+      bringup.start(hardware);
+      bringup.finish();
+    } catch (const pod_init::SysError&) {
+      throw;
+    } catch (const std::runtime_error& e) {  // a step that would stop the boot
+      std::fprintf(stderr, "pod-init: %s\n", e.what());
+      return kExitFindings;
+    }
+    std::vector<pod_init::BootPhase> phases = bringup.phases();
+    phases.push_back(bringup.lock_modules());
+    for (const pod_init::BootPhase& phase : phases) {
+      std::printf("phase %-16s %9.3f s\n", phase.phase.c_str(), phase.seconds);
+    }
+    return kExitOk;
+  });
 }
 
 // `pod-init [--grace S] -- COMMAND...`: tini's job. PID 1 of a container's
