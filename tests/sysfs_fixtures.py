@@ -241,7 +241,7 @@ def build_h200x2(root: Path | str) -> SysfsTree:
     return t
 
 
-def build_8gpu(root: Path | str, config_size: int = 4096) -> SysfsTree:
+def build_8gpu(root: Path | str, config_size: int = 4096, faults: bool = True) -> SysfsTree:
     """A two-socket 8-GPU PCIe box with Gen5 switches:
 
     pci0000:00 (socket 0): root port 00:01.0 -> switch 01:00.0
@@ -254,6 +254,8 @@ def build_8gpu(root: Path | str, config_size: int = 4096) -> SysfsTree:
            NVMe 86:00.0 (native multipath)
     pci0000:c0 (socket 1): root port c0:01.0 -> switch c1:00.0, ACS redirect on its ports
         -> GPU6 c3:00.0, GPU7 c4:00.0
+
+    Without `faults`: every link at x16, every BAR1 128 GiB, no ACS redirect.
     """
     t = SysfsTree(root)
     t.numa_nodes(2)
@@ -366,19 +368,37 @@ def build_8gpu(root: Path | str, config_size: int = 4096) -> SysfsTree:
 
     root_port("pci0000:80", "0000:80:01.0", 1)
     switch("0000:80:01.0", "0000:81:00.0", [f"0000:82:0{d}.0" for d in range(4)], 1)
-    gpu("0000:83:00.0", "0000:82:00.0", 1, 4, link=Link(32.0, 8, 32.0, 16))
-    gpu("0000:84:00.0", "0000:82:01.0", 1, 5, bar1=256 * MIB)
+    gpu("0000:83:00.0", "0000:82:00.0", 1, 4, link=Link(32.0, 8, 32.0, 16) if faults else gen5)
+    gpu("0000:84:00.0", "0000:82:01.0", 1, 5, bar1=256 * MIB if faults else 128 * GIB)
     nic("0000:85:00.0", "0000:82:02.0", 1, "mlx5_3", "ibp133s0")
     nvme("0000:86:00.0", "0000:82:03.0", 1, 1, multipath=True)
 
     root_port("pci0000:c0", "0000:c0:01.0", 1)
-    switch("0000:c0:01.0", "0000:c1:00.0", ["0000:c2:00.0", "0000:c2:01.0"], 1, acs=acs_redirect)
+    acs = acs_redirect if faults else None
+    switch("0000:c0:01.0", "0000:c1:00.0", ["0000:c2:00.0", "0000:c2:01.0"], 1, acs=acs)
     gpu("0000:c3:00.0", "0000:c2:00.0", 1, 6)
     gpu("0000:c4:00.0", "0000:c2:01.0", 1, 7)
     return t
 
 
-BUILDERS = {"h200x2": build_h200x2, "8gpu": build_8gpu}
+NVSWITCHES = ["0000:e1:00.0", "0000:e2:00.0", "0000:e3:00.0", "0000:e4:00.0"]
+
+
+def build_hgx(root: Path | str) -> SysfsTree:
+    """The 8-GPU box of build_8gpu, without its faults, with an HGX board's four
+    NVSwitches (NVIDIA 0x22a3, class 0x068000, "other bridge"), each on a root
+    port of its own below pci0000:e0."""
+    t = build_8gpu(root, faults=False)
+    for n, bdf in enumerate(NVSWITCHES):
+        port = f"0000:e0:0{n + 1}.0"
+        t.device(port, "pci0000:e0", 0x8086, 0x352A, 0x060400, numa=1, port_type=ROOT_PORT,
+                 link=Link(16.0, 2, 16.0, 2))  # fmt: skip
+        t.device(bdf, port, 0x10DE, 0x22A3, 0x068000, numa=1, link=Link(16.0, 2, 16.0, 2),
+                 driver="nvidia-nvswitch")  # fmt: skip
+    return t
+
+
+BUILDERS = {"h200x2": build_h200x2, "8gpu": build_8gpu, "hgx": build_hgx}
 
 
 def main(argv: list[str] | None = None) -> int:
