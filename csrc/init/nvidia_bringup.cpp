@@ -95,7 +95,20 @@ void NvidiaBringup::start(const NvidiaHardware& hardware) {
 
 void NvidiaBringup::load_modules_step() {
   const std::string& release = options_.release_dir;
+  const std::string dep_file = release + "/modules.dep";
   std::vector<std::string> wanted = {"nvidia", "nvidia_modeset", "nvidia_uvm"};
+  if (access(dep_file.c_str(), R_OK) != 0) {
+    int err = errno;
+    // A kernel that has the driver already (loaded by other hands, or a VM's
+    // kernel with it built in) needs no module files: say what is there.
+    if (!exists(options_.sys_module_dir + "/nvidia")) throw SysError(err, "read", dep_file);
+    for (const std::string& name : wanted) {
+      bool loaded = exists(options_.sys_module_dir + "/" + name);
+      log("nvidia: module " + name + (loaded ? " already loaded" : " not loaded") + " (no " +
+          dep_file + ")");
+    }
+    return;
+  }
   std::vector<std::string> order;
   std::string missing;
   // nvidia-peermem (GPUDirect RDMA) where the driver has it and its InfiniBand core is there.
@@ -103,8 +116,10 @@ void NvidiaBringup::load_modules_step() {
   with_peermem.emplace_back("nvidia_peermem");
   if (modules_to_load(release, with_peermem, &order, &missing) == 0) {
     wanted = with_peermem;
-  } else if (int rc = modules_to_load(release, wanted, &order, &missing); rc < 0) {
-    throw SysError(-rc, "find module " + missing + " in", release + "/modules.dep");
+  } else if (int rc = modules_to_load(release, wanted, &order, &missing); rc == -ENOENT) {
+    throw std::runtime_error("nvidia: module " + missing + " is not in " + dep_file);
+  } else if (rc < 0) {
+    throw SysError(-rc, "read", dep_file);
   }
   if (options_.dry_run) {
     for (const std::string& name : order) {

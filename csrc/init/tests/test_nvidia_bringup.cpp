@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.hpp"
 #include "init/init_config.hpp"
 #include "init/nvidia_bringup.hpp"
 #include "init/nvml_state.hpp"
@@ -152,6 +153,22 @@ TEST_F(FakeNode, ADryRunReadsEveryStepAndChangesNothing) {
             (std::vector<std::string>{"nvidia modules", "gpu wait", "persistence", "fabric"}));
   EXPECT_EQ(bringup.lock_modules().phase, "modules lock");
   EXPECT_NE(log_.find("modules: loading not locked (dry run)"), std::string::npos);
+}
+
+TEST_F(FakeNode, AKernelWithTheDriverAndNoModuleFilesIsSeenAsItIs) {
+  std::system(("rm -rf '" + root_ + "/release'").c_str());
+  helper("gpu 0000:03:00.0 persistence=on fabric=not-supported fabric_status=0 sm=90 nvlinks=\\n",
+         0);
+  NvidiaBringup bringup(options_);
+  bringup.start({{"0000:03:00.0"}, {}});
+  EXPECT_EQ(bringup.finish().size(), 1u);
+  EXPECT_NE(
+      log_.find("nvidia: module nvidia already loaded (no " + root_ + "/release/modules.dep)"),
+      std::string::npos)
+      << log_;
+  std::system(("rm -rf '" + root_ + "/sys_module/nvidia'").c_str());
+  NvidiaBringup without(options_);
+  EXPECT_THROW(without.start({{"0000:03:00.0"}, {}}), SysError);
 }
 
 TEST_F(FakeNode, AGpuTheDriverNeverBindsIsNamedAtTheDeadline) {
