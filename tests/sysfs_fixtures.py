@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import struct
 import sys
 from dataclasses import dataclass
@@ -404,10 +405,13 @@ BUILDERS = {"h200x2": build_h200x2, "8gpu": build_8gpu, "hgx": build_hgx}
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("name", choices=sorted(BUILDERS))
-    parser.add_argument("dir", type=Path, help="directory to create (must not exist)")
+    parser.add_argument("dir", type=Path, help="directory to create")
+    parser.add_argument("--force", action="store_true", help="replace DIR if it exists")
     args = parser.parse_args(argv)
     if args.dir.exists():
-        parser.error(f"{args.dir} already exists")
+        if not args.force:
+            parser.error(f"{args.dir} already exists (--force replaces it)")
+        shutil.rmtree(args.dir)
     BUILDERS[args.name](args.dir)
     return 0
 
