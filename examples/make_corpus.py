@@ -43,9 +43,11 @@ def main() -> None:
                 line = json.dumps({"text": block, "copy": copy}, ensure_ascii=False) + "\n"
                 f.write(line)
                 written += len(line.encode())
+                if written >= args.megabytes * 1e6:  # the size asked for, within a record
+                    break
             copy += 1
     os.replace(temp, out)
-    print(f"{out}: {written / 1e6:.1f} MB, {len(blocks)} paragraphs x {copy}")
+    print(f"{out}: {written / 1e6:.2f} MB, {len(blocks)} paragraphs, {copy} copies")
 
 
 if __name__ == "__main__":

@@ -58,9 +58,10 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--log-every", type=int, default=20)
-    parser.add_argument("--cold", action="store_true",
+    parser.add_argument("--evict-page-cache", action="store_true",
                         help="evict the shards from the page cache first, so batches are read "
-                        "from the disk")  # fmt: skip
+                        "from the disk (not pyinit run's --cold, which starts its agent "
+                        "afresh)")  # fmt: skip
     parser.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
                         help="rank 0 saves the model every N steps (to $PYINIT_RUN_DIR, else "
                         "the working folder), through pyinit.checkpoint")  # fmt: skip
@@ -92,7 +93,7 @@ def main() -> None:
     torch.manual_seed(0)
     data = TokenShardDataset(args.data, args.seq_len, batch_size=args.batch_size, seed=0,
                              drop_last=True)  # fmt: skip
-    if args.cold and int(os.environ.get("LOCAL_RANK", 0)) == 0:
+    if args.evict_page_cache and int(os.environ.get("LOCAL_RANK", 0)) == 0:
         for path in data.paths:
             fd = os.open(path, os.O_RDONLY)
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
@@ -148,8 +149,8 @@ def main() -> None:
         "tokens_per_s": tokens / seconds,
         # Means over a tenth of the run at each end (at least one step): the two
         # windows never overlap, so a short run's numbers are not one number twice.
-        "first_loss": sum(losses[:window]) / window,
-        "final_loss": sum(losses[-window:]) / window,
+        "first_tenth_mean_loss": sum(losses[:window]) / window,
+        "last_tenth_mean_loss": sum(losses[-window:]) / window,
         # From a read's submission to when the stream saw it done, so the time the
         # caller spent on earlier rows counts too: not the device's latency. Rows
         # served from the page cache make no read: nothing to report then.
