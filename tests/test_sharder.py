@@ -229,7 +229,8 @@ def test_refusals_leave_the_output_alone(tmp_path, pyinit_bin):
     assert pyinit_shard(source, "--shards", "3").returncode == 0
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     result = pyinit_shard(source, "--shards", "2")
-    assert result.returncode == 2 and "already holds 4 shard files" in result.stderr
+    assert result.returncode == 2, result.stderr
+    assert "already holds 3 shards (e.g. shard-00000-of-00003.tok) and shards.json" in result.stderr
     assert "--force" in result.stderr
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 

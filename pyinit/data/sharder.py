@@ -336,10 +336,10 @@ def _checked_arguments(
         raise InputError(f"{out}: exists and is not a directory")
     earlier = _existing_shards(out) if out.is_dir() else []
     if earlier and not force:
-        raise InputError(
-            f"{out}: already holds {len(earlier)} shard files (e.g. {earlier[0].name}); "
-            "pass --force to replace them"
-        )
+        shards = [p for p in earlier if p.name != MANIFEST]
+        held = f"{len(shards)} shards (e.g. {shards[0].name})" if shards else "no shard"
+        manifest = f" and {MANIFEST}" if len(shards) < len(earlier) else ""
+        raise InputError(f"{out}: already holds {held}{manifest}; pass --force to replace them")
     return out, total_bytes, earlier
 
 
