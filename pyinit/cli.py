@@ -10,7 +10,16 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from pyinit.errors import EXIT_FAILURE, EXIT_STATUS_HELP, EXIT_USAGE, InputError, printable
+from pyinit.errors import (
+    COMMAND_STATUSES,
+    EXIT_FAILURE,
+    EXIT_STATUS_HELP,
+    EXIT_USAGE,
+    PLAIN_STATUSES,
+    InputError,
+    exit_status_help,
+    printable,
+)
 from pyinit.extras import EXTRAS, MissingExtra, require
 
 if TYPE_CHECKING:
@@ -29,7 +38,8 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, **kwargs)
 
     def __call__(self, parser: argparse.ArgumentParser, *_args: Any) -> None:
-        parser.exit(message=f"pyinit {_version()}\n")
+        print(f"pyinit {_version()}")  # to stdout, as pod-init --version and every tool do
+        parser.exit()
 
 
 def _version() -> str:
@@ -105,7 +115,8 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         default = action.default
-        if default is None or default is False or default == argparse.SUPPRESS or "default" in text:
+        unset = default is None or default is False or default in ("", [])
+        if unset or default == argparse.SUPPRESS or "default" in text:
             return text
         return f"{text} (default: %(default)s)"
 
@@ -125,7 +136,8 @@ def _subcommands(parser: argparse.ArgumentParser, table: Mapping[str, tuple[Any,
     chosen = _first_word(argv, table)
     made = None
     for name, (target, text) in table.items():
-        command = sub.add_parser(name, help=text, description=text, epilog=EXIT_STATUS_HELP,
+        statuses = exit_status_help(*COMMAND_STATUSES.get(name, PLAIN_STATUSES))
+        command = sub.add_parser(name, help=text, description=text, epilog=statuses,
                                  formatter_class=_Formatter)  # fmt: skip
         if name != chosen:
             continue

@@ -14,18 +14,30 @@ EXIT_FAILURE = 1  # a system call failed, or the node is unhealthy (an error fin
 EXIT_USAGE = 2  # bad usage or bad content: the message names the option, file and line
 EXIT_STALLED = 124  # pyinit run ended its workers for a stall (as timeout(1) exits)
 
-# The table printed by `pyinit --help` and `pod-init --help` and kept in the README
-# (tests/test_errors.py holds all three to this text).
-EXIT_STATUS_HELP = """\
-exit status:
-  0    success
-  1    a system call failed (the message names the file and the errno text), or the
-       node is unhealthy (a finding of severity error, a failed preflight)
-  2    bad usage or bad content (the message names the option, or the file and line)
-  N    a supervised command's own status (pod-init -- CMD, pyinit run); 128+N when
-       signal N ended it, 127 when it was not found, 126 when it could not be run
-  124  pyinit run --stall-timeout: a rank made no step for that long, and the run
-       ended (its stall event names the rank and where it was)"""
+# Each status a command can return, as its --help lists it.
+_STATUS_LINES = {
+    "0": "  0    success",
+    "1": "  1    a system call failed (the message names the file and the errno text), or the\n"
+    "       node is unhealthy (a finding of severity error, a failed preflight)",
+    "2": "  2    bad usage or bad content (the message names the option, or the file and line)",
+    "N": "  N    a supervised command's own status (pod-init -- CMD, pyinit run); 128+N when\n"
+    "       signal N ended it, 127 when it was not found, 126 when it could not be run",
+    "124": "  124  pyinit run --stall-timeout: a rank made no step for that long, and the run\n"
+    "       ended (its stall event names the rank and where it was)",
+}
+
+
+def exit_status_help(*codes: str) -> str:
+    """The exit-status table of a command that returns `codes` (keys of _STATUS_LINES)."""
+    return "\n".join(["exit status:", *(_STATUS_LINES[code] for code in codes)])
+
+
+# The whole table, printed by `pyinit --help` and `pod-init --help` and kept in
+# the README (tests/test_errors.py holds all three to this text); each command's
+# own --help lists only the statuses it can return (COMMAND_STATUSES).
+EXIT_STATUS_HELP = exit_status_help(*_STATUS_LINES)
+COMMAND_STATUSES = {"run": ("0", "1", "2", "N", "124")}
+PLAIN_STATUSES = ("0", "1", "2")
 
 
 def printable(text: str) -> str:

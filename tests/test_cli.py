@@ -99,13 +99,25 @@ def test_closed_pipe_is_quiet(pyinit_bin, eightgpu_tree):
 def test_every_help_page_ends_with_its_exit_statuses(pyinit_bin, pod_init_bin):
     from pyinit.cli import COMMANDS
     from pyinit.commands.check import NAGIOS_STATUS
-    from pyinit.errors import EXIT_STATUS_HELP
+    from pyinit.errors import EXIT_STATUS_HELP, exit_status_help
 
-    pages = [[], *([n] for n in COMMANDS), *(["bench", k] for k in COMMANDS["bench"][0])]
+    pages = [[], *([n] for n in COMMANDS), *(["bench", k] for k in COMMANDS["bench"][0]),
+             *(["warm", k] for k in COMMANDS["warm"][0])]  # fmt: skip
+    plain = exit_status_help("0", "1", "2")
+    tables = {(): EXIT_STATUS_HELP, ("check",): NAGIOS_STATUS,
+              ("run",): exit_status_help("0", "1", "2", "N", "124")}  # fmt: skip
     for page in pages:
         text = run([pyinit_bin, *page, "--help"]).stdout
-        table = NAGIOS_STATUS if page == ["check"] else EXIT_STATUS_HELP
+        table = tables.get(tuple(page), plain)
         assert text.rstrip().endswith(table), page
         assert not any(line.count("(default") > 1 for line in text.splitlines()), page
+        assert "(default: )" not in text, page
+    for page in (["warm"], ["shard"], ["report"]):  # they stall no run and supervise nothing
+        assert "124" not in run([pyinit_bin, *page, "--help"]).stdout
     for page in ([], ["topo"], ["nccl"], ["read"], ["modules"], ["params"], ["-v"]):
         assert run([pod_init_bin, *page, "--help"]).stdout.rstrip().endswith(EXIT_STATUS_HELP)
+
+
+def test_version_goes_to_stdout(pyinit_bin):
+    done = run([pyinit_bin, "--version"])
+    assert done.returncode == 0 and done.stdout.startswith("pyinit ") and done.stderr == ""
