@@ -354,7 +354,7 @@ def _bar(start: float, seconds: float, span: float) -> str:
 
 def table(timeline: Timeline) -> str:
     span = max((r.start_s + r.seconds for r in timeline.rows), default=0.0)
-    lines = [f"{'phase':46} {'who':10} {'start s':>8} {'took s':>8}  from {timeline.origin}"]
+    labels = []
     for row in timeline.rows:
         label = row.label
         if row.ranks:
@@ -363,9 +363,14 @@ def table(timeline: Timeline) -> str:
             label += f" ({ranks})"
         if row.steps:
             label += f" ({row.steps} steps)"
+        labels.append(label)
+    # The phase column as wide as its longest name: a name is never cut.
+    width = max([len("phase"), *map(len, labels)])
+    lines = [f"{'phase':{width}} {'who':10} {'start s':>8} {'took s':>8}  from {timeline.origin}"]
+    for row, label in zip(timeline.rows, labels, strict=True):
         bar = _bar(row.start_s, row.seconds, span)
         timing = f"{row.start_s:8.3f} {row.seconds:8.3f}"
-        lines.append(f"{label:46.46} {row.recorder:10} {timing}  {bar}")
+        lines.append(f"{label:{width}} {row.recorder:10} {timing}  {bar}")
         if row.note:
             lines.append(f"  {row.note}")
     if timeline.first_step_s is not None:
