@@ -51,6 +51,19 @@ def test_healthy_fixture_is_ok(pyinit_bin, h200x2_tree, tmp_path):
     assert done.stdout.startswith("POD-INIT CHECK OK |") and len(done.stdout.splitlines()) == 1
 
 
+def test_a_node_without_gpus_or_nvml_is_ok_and_says_what_it_skipped(
+    pyinit_bin, tmp_path, monkeypatch
+):
+    tree = sysfs_fixtures.SysfsTree(tmp_path / "sys")  # no GPU: nothing bound to the nvidia driver
+    (tmp_path / "dmesg.txt").write_text("")
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path))  # no libnvidia-ml here
+    done, _ = check(pyinit_bin, "--sysfs-root", tree.root, "--kmsg", tmp_path / "dmesg.txt")
+    assert done.returncode == 0, done.stdout + done.stderr
+    first, *rest = done.stdout.splitlines()
+    assert first.startswith("POD-INIT CHECK OK - skipped: nvml | seconds="), done.stdout
+    assert rest and rest[0].startswith("OK nvml SKIPPED: no GPU bound to the nvidia driver; ")
+
+
 def test_damaged_fixture_is_critical_with_the_reason_first(pyinit_bin, eightgpu_tree, tmp_path):
     (tmp_path / "dmesg.txt").write_text("")
     done, _ = check(pyinit_bin, "--sysfs-root", eightgpu_tree, "--kmsg", tmp_path / "dmesg.txt",
