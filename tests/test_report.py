@@ -105,6 +105,9 @@ def test_the_html_is_self_contained_and_well_formed(pyinit_bin, tmp_path):
     for chart in charts:  # each chart is well-formed XML
         ElementTree.fromstring("<svg" + chart[: chart.index("</svg>") + len("</svg>")])
     assert "Effective training time" in page and "at 3.2 per rank-hour" in page
+    # The recorded run: 30 steps on each of 2 ranks, a 17 s run's cost below a cent.
+    assert "30 steps per rank" in page and "60 steps" not in page
+    assert "Cost: <b>0.0304</b>" in page and "<td>0.00523</td>" in page  # not 0.03, 0.01
 
 
 def write_run(folder: Path, events: list[dict], records: dict[int, list[tuple]]) -> Path:
@@ -162,7 +165,7 @@ def test_a_partial_run_is_reported_as_far_as_it_goes(tmp_path):
     assert document["breakdown"]["startup"]["seconds"] == 5.0
     assert document["breakdown"]["productive"]["seconds"] == 1.0
     assert any("no end event" in m for m in document["missing"])
-    assert document["cost"]["total"] == round(6 / 3600 * 2.0, 2)
+    assert document["cost"]["total"] == round(6 / 3600 * 2.0, 6)
 
 
 def test_bad_folders_are_one_line(pyinit_bin, tmp_path):
@@ -366,5 +369,11 @@ def test_checkpoints_report_their_bytes_seconds_and_what_they_blocked(tmp_path):
                  "gb_s": round((1 << 30) / 1e9, 3)},
     }  # fmt: skip
     text = report.text(document)
-    assert "checkpoint saves: 2, 4.00 GiB in 3.0 s (1.43 GB/s), training blocked 1.5 s" in text
-    assert "checkpoint loads: 1, 1.00 GiB in 1.0 s" in text
+    assert "checkpoint saves: 2, 4.0 GiB in 3 s (1.43 GB/s), training blocked 1.5 s" in text
+    assert "checkpoint loads: 1, 1.0 GiB in 1 s" in text
+    # A small checkpoint in units that show it, not "0.00 GiB in 0.0 s".
+    small = {"count": 2, "bytes": 1_363_148, "seconds": 0.0123, "blocked_s": 0.004, "gb_s": None}
+    assert report.checkpoint_line("save", small) == (
+        "checkpoint saves: 2, 1.3 MiB in 0.0123 s, training blocked 0.004 s"
+    )
+    assert report.money_text(0.00123) == "0.00123" and report.money_text(12.5) == "12.50"

@@ -374,6 +374,7 @@ class Report:
                 k: {"seconds": round(totals[k], 3), "share": round(shares[k], 4)} for k in COLOURS
             },
             "steps": int(sum(r.steps for r in self.ranks)),
+            "steps_per_rank": int(max((r.steps for r in self.ranks), default=0)),
             "step_time_s": _percentiles(lengths),
             "data_wait_of_step_time": round(float(np.sum(data) / np.sum(lengths)), 4)
             if len(lengths) and np.sum(lengths) > 0
@@ -385,9 +386,10 @@ class Report:
         if self.price is not None:
             document["cost"] = {
                 "price_per_hour": self.price,
-                "total": round(hours * self.price, 2),
-                "not_productive": round(hours * (1 - shares["productive"]) * self.price, 2),
-                "by_loss": {k: round(totals[k] / 3600 * self.price, 2) for k in LOSSES},
+                # Kept to a millionth: a short run's cost is a fraction of a cent.
+                "total": round(hours * self.price, 6),
+                "not_productive": round(hours * (1 - shares["productive"]) * self.price, 6),
+                "by_loss": {k: round(totals[k] / 3600 * self.price, 6) for k in LOSSES},
             }
         resumes = self.resumes()
         if resumes:
@@ -422,11 +424,30 @@ def checkpoint_summary(nodes: list[Node]) -> dict[str, Any]:
 
 
 def checkpoint_line(kind: str, row: dict[str, Any]) -> str:
-    """`checkpoint saves: 12, 24.0 GiB in 30.1 s (0.80 GB/s), training blocked 2.3 s`."""
+    """`checkpoint saves: 12, 24.0 GiB in 30.1 s (0.80 GB/s), training blocked 2.3 s`,
+    in the units a small checkpoint needs too (`2, 1.3 MiB in 0.012 s`)."""
     rate = f" ({row['gb_s']:.2f} GB/s)" if row["gb_s"] is not None else ""
-    size = f"{row['bytes'] / (1 << 30):.2f} GiB"
-    return (f"checkpoint {kind}s: {row['count']}, {size} in {row['seconds']:,.1f} s{rate}, "
-            f"training blocked {row['blocked_s']:,.1f} s")  # fmt: skip
+    return (f"checkpoint {kind}s: {row['count']}, {byte_text(row['bytes'])} in "
+            f"{seconds_text(row['seconds'])}{rate}, training blocked "
+            f"{seconds_text(row['blocked_s'])}")  # fmt: skip
+
+
+def byte_text(count: float) -> str:
+    """Bytes in the largest binary unit that keeps a whole number in front."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size:
+            return f"{count / size:,.1f} {unit}"
+    return f"{count:,.0f} bytes"
+
+
+def seconds_text(seconds: float) -> str:
+    """Three significant digits below 10 s (0.012 s), tenths above."""
+    return f"{seconds:.3g} s" if seconds < 10 else f"{seconds:,.1f} s"
+
+
+def money_text(amount: float) -> str:
+    """A price with cents, or three significant digits below one (a short run's)."""
+    return f"{amount:.3g}" if 0 < abs(amount) < 1 else f"{amount:,.2f}"
 
 
 def _percentiles(values: Any) -> dict[str, float] | None:
@@ -577,8 +598,8 @@ def text(document: dict[str, Any]) -> str:
     cost = document.get("cost")
     if cost:
         lines.append(
-            f"cost {cost['total']:,.2f} at {cost['price_per_hour']:g} per {unit}-hour; "
-            f"not productive: {cost['not_productive']:,.2f}"
+            f"cost {money_text(cost['total'])} at {cost['price_per_hour']:g} per {unit}-hour; "
+            f"not productive: {money_text(cost['not_productive'])}"
         )
     for resume in document.get("resumes", []):
         lines.append(f"node {resume['node']} {timeline.resume_line(resume)}")

@@ -19,6 +19,7 @@ from pyinit.analysis.report import (
     clock_text,
     count_of,
     ended_line,
+    money_text,
 )
 
 WIDTH = 900
@@ -190,10 +191,21 @@ def _number(value: float) -> str:
     return f"{value:.3g}"
 
 
+# The monitor's latency is /sys/block/*/stat's read time (whole milliseconds)
+# over the reads of a sample: with few reads, coarse steps of 1 ms / reads.
+RESOLUTION_NOTE = (
+    "Each sample is the mean time of the reads it saw, from the kernel's counters of "
+    "whole milliseconds: with few reads per sample, values fall on steps of 1 ms divided "
+    "by the reads."
+)
+
+
 def svg_percentiles(latency: dict[str, float] | None) -> str:
     if not latency:
         return "<p>No disk reads were sampled.</p>"
     keys = ["p50", "p90", "p99", "max"]
+    if len({latency[k] for k in keys}) == 1:
+        return f"<p>Every sample: {latency['p50']:,.0f} µs. {RESOLUTION_NOTE}</p>"
     top = max(latency[k] for k in keys) or 1.0
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="120" role="img" '
@@ -207,7 +219,7 @@ def svg_percentiles(latency: dict[str, float] | None) -> str:
             f'fill="#e0902f"/><text x="{56 + w:.1f}" y="{24 + i * 24}" class="label">'
             f"{latency[key]:,.0f} µs</text>"
         )
-    parts.append("</svg>")
+    parts.append(f'</svg><p class="label">{RESOLUTION_NOTE}</p>')
     return "".join(parts)
 
 
@@ -232,7 +244,7 @@ def _breakdown_rows(document: dict[str, Any]) -> str:
     rows = []
     for key, label, colour in CATEGORIES:
         share = document["breakdown"][key]
-        spent = f"{cost['by_loss'].get(key, 0):,.2f}" if cost and key != "productive" else ""
+        spent = money_text(cost["by_loss"].get(key, 0)) if cost and key != "productive" else ""
         rows.append(f'<tr><td><span class="swatch" style="background:{colour}"></span>{label}'
                     f"</td><td>{share['seconds']:,.1f}</td><td>{share['share']:.1%}</td>"
                     f"<td>{spent}</td></tr>")  # fmt: skip
@@ -243,9 +255,9 @@ def _cost_line(document: dict[str, Any]) -> str:
     cost = document.get("cost")
     if not cost:
         return "<p>Cost: give --price-per-gpu-hour.</p>"
-    return (f"<p>Cost: <b>{cost['total']:,.2f}</b> at {cost['price_per_hour']:g} per "
-            f"{document['unit']}-hour, of which <b>{cost['not_productive']:,.2f}</b> bought no "
-            "training step.</p>")  # fmt: skip
+    return (f"<p>Cost: <b>{money_text(cost['total'])}</b> at {cost['price_per_hour']:g} per "
+            f"{document['unit']}-hour, of which <b>{money_text(cost['not_productive'])}</b> "
+            "bought no training step.</p>")  # fmt: skip
 
 
 def _step_chart(report: Report) -> str:
@@ -299,7 +311,7 @@ def render_html(report: Report, document: dict[str, Any]) -> str:
 <h1>Where the {unit}-hours went</h1>
 <p>{folders}: {count_of(document["ranks"], unit)} on
 {count_of(document["nodes"], "node")}, wall {wall} from {document["origin"]},
-{document[f"{unit.lower()}_hours"]:.4f} {unit}-hours, {document["steps"]:,} steps{
+{document[f"{unit.lower()}_hours"]:.4f} {unit}-hours, {document["steps_per_rank"]:,} steps per rank{
         "" if document["ended"] else " <b>(no end: a partial run)</b>"
     }.</p>
 <p class="{"ok" if document["outcome"]["healthy"] else "failed"}">Ended: <b>{
