@@ -18,6 +18,9 @@ A suite file is INI: a section per entry, with
            gpus:N (at least N NVIDIA GPUs), a command name, env:VARIABLE,
            python:MODULE
   timeout  seconds, a positive number (default 600)
+  table    a regular expression for the first line of the entry's table: the
+           driver shows its output from the last line that matches to the
+           end (default: the last 12 lines); all of it is in DIR/NAME/log.txt
 and an optional [suite] section whose `environment` (NAME=VALUE words) every
 entry's command gets. An entry's name is a plain name (letters, digits, `_`,
 `-`, `.`; not `suite.json`): it names the entry's folder under DIR.
@@ -50,6 +53,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 SUITES = BENCH / "suites"
+SHOWN_LINES = 12  # of an entry's output, when it marks no table
 DEFAULT_TIMEOUT = 600
 GRACE_S = 5.0  # between TERM and KILL for what an entry leaves
 ENTRY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -63,6 +67,7 @@ class Entry:
     run: str
     needs: list[str]
     timeout: float
+    table: re.Pattern[str] | None = None
 
 
 @dataclass
@@ -129,7 +134,13 @@ def load_suite(path: Path) -> tuple[dict[str, str], list[Entry]]:
             problem = need_problem(need)
             if problem:
                 raise SuiteError(f"{where} needs {need!r}: {problem}")
-        entries.append(Entry(name, section["run"], needs, timeout))
+        table = None
+        if "table" in section:
+            try:
+                table = re.compile(section["table"])
+            except re.error as e:
+                raise SuiteError(f"{where} table: not a regular expression: {e}") from None
+        entries.append(Entry(name, section["run"], needs, timeout, table))
     return environment, entries
 
 
@@ -236,6 +247,14 @@ def run_entry(entry: Entry, out: Path, environment: dict[str, str]) -> Outcome:
     return Outcome(entry.name, "ok", "", seconds)
 
 
+def shown_lines(entry: Entry, output: str) -> list[str]:
+    """What of an entry's output the driver shows: its table whole, from the
+    last line its `table` pattern matches, else the last lines."""
+    lines = output.splitlines(True)
+    starts = [i for i, line in enumerate(lines) if entry.table and entry.table.search(line)]
+    return lines[starts[-1] :] if starts else lines[-SHOWN_LINES:]
+
+
 def suite_path(name: str) -> Path:
     path = Path(name)
     return path if path.suffix == ".ini" or path.exists() else SUITES / f"{name}.ini"
@@ -292,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
             return 128 + stop.number
         log = out / entry.name / "log.txt"
         if log.exists():  # the entry's own table, where a person looks
-            sys.stderr.writelines(log.read_text(errors="replace").splitlines(True)[-12:])
+            sys.stderr.writelines(shown_lines(entry, log.read_text(errors="replace")))
         print(f"== {entry.name}: {outcomes[-1].status} {outcomes[-1].detail}".rstrip(),
               file=sys.stderr, flush=True)  # fmt: skip
         document = {"suite": str(path), "date": time.strftime("%Y-%m-%d %H:%M"),

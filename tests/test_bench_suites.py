@@ -63,6 +63,28 @@ def test_the_driver_runs_skips_and_times_out(tmp_path):
     assert re.search(r"^fails +failed .* exit 3$", done.stdout, re.M), done.stdout
 
 
+def test_the_driver_shows_an_entry_s_table_whole(tmp_path):
+    suite = tmp_path / "tables.ini"
+    # A long run-up, then a table of 30 rows: the marked one is shown from its
+    # header down; the unmarked one as its last lines, the rest in log.txt.
+    body = 'for i in $(seq 40); do echo "run-up $i"; done; echo "tool   GB/s"; seq 30\n'
+    suite.write_text(f"[marked]\ntable = ^tool +GB/s\nrun = {body}\n[plain]\nrun = {body}")
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, DRIVER, suite, "--out", out], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    marked = done.stderr.split("== marked\n")[1].split("== marked:")[0]
+    assert marked.splitlines() == ["tool   GB/s", *map(str, range(1, 31))]
+    plain = done.stderr.split("== plain\n")[1].split("== plain:")[0]
+    assert plain.splitlines() == [str(i) for i in range(19, 31)]
+    assert "run-up 1\n" in (out / "plain" / "log.txt").read_text()
+    bad = tmp_path / "bad.ini"
+    bad.write_text("[x]\ntable = (\nrun = true\n")
+    done = subprocess.run([sys.executable, DRIVER, bad, "--out", out], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 2 and "[x] table: not a regular expression" in done.stderr
+
+
 def test_bad_suites_and_results_inside_the_checkout_are_one_line(tmp_path):
     bad = tmp_path / "bad.ini"
     bad.write_text("[nothing]\nneeds = root\n")
