@@ -12,13 +12,16 @@ import socket
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pyinit import _native
 from pyinit.errors import InputError
 from pyinit.jsonfile import read_input
-from pyinit.nccl.tuning import Tuning
 from pyinit.nvml import NvmlView
 from pyinit.topology import Topology, scan
+
+if TYPE_CHECKING:  # the tables' module (statistics, hashing) only when a tuning is made
+    from pyinit.nccl.tuning import Tuning
 
 
 def resolve_hostfile(path: str) -> str:
