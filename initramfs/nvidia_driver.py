@@ -220,11 +220,13 @@ def gather(root: Path, release: str, init: Path, helper: Path) -> Driver:
     dep_file = release_dir / "modules.dep"
     if not dep_file.is_file():
         raise DriverError(f"{dep_file}: missing (is a driver installed for kernel {release}?)")
-    dep_lines = _dep_lines(init, release_dir, DRIVER_MODULES + OPTIONAL_MODULES)
+    dep_lines, _ = _dep_lines(init, release_dir, DRIVER_MODULES + OPTIONAL_MODULES)
     if dep_lines is None:
-        dep_lines = _dep_lines(init, release_dir, DRIVER_MODULES)
-    if dep_lines is None:
-        raise DriverError(f"{dep_file}: no nvidia, nvidia-modeset and nvidia-uvm modules in it")
+        dep_lines, why = _dep_lines(init, release_dir, DRIVER_MODULES)
+        if dep_lines is None and "not in" in why:
+            raise DriverError(f"{dep_file}: no nvidia, nvidia-modeset and nvidia-uvm modules in it")
+        if dep_lines is None:
+            raise DriverError(why)  # pod-init's own line: the file and what is wrong there
     driver = Driver(version="")
     firmware: list[str] = []
     for line in dep_lines:
@@ -268,10 +270,14 @@ def gather(root: Path, release: str, init: Path, helper: Path) -> Driver:
     return driver
 
 
-def _dep_lines(init: Path, release_dir: Path, names: list[str]) -> list[str] | None:
+def _dep_lines(init: Path, release_dir: Path, names: list[str]) -> tuple[list[str] | None, str]:
+    """The modules.dep lines `init` resolves for `names`, or None and its message."""
     done = subprocess.run([str(init), "modules", "--release-dir", str(release_dir), *names],
                           capture_output=True, text=True, errors="replace")  # fmt: skip
-    return done.stdout.splitlines() if done.returncode == 0 else None
+    if done.returncode == 0:
+        return done.stdout.splitlines(), ""
+    lines = done.stderr.strip().splitlines()
+    return None, (lines[0] if lines else "pod-init modules failed").removeprefix("pod-init: ")
 
 
 def _firmware(root: Path, name: str, version: str) -> ImageFile:

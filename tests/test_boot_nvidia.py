@@ -116,6 +116,8 @@ def test_a_driver_for_another_kernel_or_missing_a_part_is_refused_by_name(
     dep.write_text("kernel/drivers/nvme/host/nvme.ko:\n")
     assert refused() == (f"initramfs/build: {dep}: no nvidia, nvidia-modeset and nvidia-uvm "
                          "modules in it")  # fmt: skip
+    dep.write_text("kernel/drivers/nvme/host/nvme.ko\n")
+    assert refused() == f"initramfs/build: {dep}:1: expected 'path: dependencies'"
     assert (
         "missing (is a driver installed for kernel 9.9.9?)"
         in build_image(
