@@ -664,3 +664,24 @@ def test_a_run_from_a_removed_working_folder_is_one_line(tmp_path):
     assert result.returncode == 1
     assert result.stderr == (f"pyinit: {gone}: the working folder was removed after this shell "
                              "entered it: cd to a folder that exists\n")  # fmt: skip
+
+
+def test_a_venv_s_python_and_python3_are_one_interpreter(tmp_path):
+    """A warm interpreter started as .../bin/python3 serves a launch from
+    .../bin/python of the same environment: one binary, one sys.path."""
+    from pyinit.run.warm.protocol import Identity
+
+    here = Path(sys.executable)
+    other = here.with_name("python3" if here.name != "python3" else "python")
+    if not other.exists() or os.path.realpath(other) != os.path.realpath(here):
+        pytest.skip(f"{other} is not this interpreter's other name")
+    code = ("import json, sys; from pyinit.run.warm.protocol import Identity; "
+            "print(json.dumps(Identity.here({}, sys.path[1:]).to_dict()))")  # fmt: skip
+
+    def identity(python: Path) -> dict:
+        done = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True,
+                              cwd=tmp_path)  # fmt: skip
+        return json.loads(done.stdout)
+
+    ours = Identity(**identity(here))
+    assert ours.difference(identity(other), {}, frozenset()) == ""

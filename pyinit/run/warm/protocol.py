@@ -221,7 +221,10 @@ class Identity:
     @classmethod
     def here(cls, environ: Mapping[str, str], agent_path: Sequence[str]) -> Identity:
         return cls(
-            python=sys.executable, version=sys.version, sys_path=list(agent_path),
+            # The binary itself: a venv's python and python3 are one interpreter
+            # (its sys.path, compared too, tells one venv from another).
+            python=os.path.realpath(sys.executable), version=sys.version,
+            sys_path=list(agent_path),
             uid=os.geteuid(), gid=os.getegid(), groups=sorted(os.getgroups()),
             cgroup=_read("/proc/self/cgroup"),
             namespaces={ns: _link(f"/proc/self/ns/{ns}") for ns in NAMESPACES},
