@@ -28,6 +28,12 @@ struct BootPhase {
   double seconds = 0;
 };
 
+// The phase between two CLOCK_BOOTTIME readings in nanoseconds.
+inline BootPhase boot_phase(std::string name, uint64_t start_ns, uint64_t end_ns) {
+  return {std::move(name), static_cast<double>(start_ns) / 1e9,
+          static_cast<double>(end_ns - start_ns) / 1e9};
+}
+
 // This boot's id, "" when the kernel does not say.
 std::string read_boot_id(const std::string& proc_root = "/proc");
 

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -192,6 +193,12 @@ int load_modules(const std::string& release_dir, const std::vector<std::string>&
     if (load.result < 0) return load.result;
   }
   return 0;
+}
+
+std::string running_release_dir() {
+  utsname uts{};
+  uname(&uts);
+  return std::string("/lib/modules/") + uts.release;
 }
 
 std::string module_load_line(const ModuleLoad& load) {

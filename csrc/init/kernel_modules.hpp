@@ -49,6 +49,9 @@ struct ModuleLoad {
   bool already = false;  // loaded before we asked: nothing was read or handed over
 };
 
+// The running kernel's module folder: /lib/modules/$(uname -r).
+std::string running_release_dir();
+
 // "module NAME loaded (12.3 ms)", "... already loaded", "... failed (...)".
 std::string module_load_line(const ModuleLoad& load);
 

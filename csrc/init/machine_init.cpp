@@ -248,16 +248,9 @@ InitConfig read_config(std::vector<std::string>* errors) {
   return config;
 }
 
-// The running kernel's modules in the boot image: /lib/modules/RELEASE.
-std::string release_dir() {
-  utsname uts{};
-  uname(&uts);
-  return std::string("/lib/modules/") + uts.release;
-}
-
 NvidiaBringupOptions nvidia_options(const InitConfig& config) {
   NvidiaBringupOptions options;
-  options.release_dir = release_dir();
+  options.release_dir = running_release_dir();
   options.nvreg = config.nvreg;
   options.deadline_s = config.gpu_wait_s;
   options.library_path = kImageLibraryPath;
@@ -267,7 +260,7 @@ NvidiaBringupOptions nvidia_options(const InitConfig& config) {
 
 void load_configured_modules(const InitConfig& config) {
   if (config.modules.empty()) return;
-  const std::string release_dir = pod_init::release_dir();
+  const std::string release_dir = running_release_dir();
   std::vector<ModuleLoad> loads;
   std::string missing;
   int rc = load_modules(release_dir, config.modules, &loads, &missing);
@@ -302,8 +295,7 @@ class BootTimeline {
   }
   void add(BootPhase phase) { phases_.push_back(std::move(phase)); }
   void add(const char* phase, uint64_t start_ns, uint64_t end_ns) {
-    phases_.push_back(
-        {phase, static_cast<double>(start_ns) / 1e9, static_cast<double>(end_ns - start_ns) / 1e9});
+    phases_.push_back(boot_phase(phase, start_ns, end_ns));
   }
   const std::vector<BootPhase>& phases() const { return phases_; }
 
@@ -451,7 +443,7 @@ void run_machine_init() {
     // Its daemons and NVML's watch then run beside the root, the warm
     // interpreter and the mounts, and the NCCL files wait for the fabric.
     std::unique_ptr<NvidiaBringup> nvidia;
-    if (holds_nvidia_driver(release_dir())) {
+    if (holds_nvidia_driver(running_release_dir())) {
       scan_node();
       NvidiaHardware hardware = find_nvidia_hardware(*topo);
       if (hardware.gpus.empty() && hardware.nvswitches.empty()) {

@@ -72,23 +72,18 @@ void NvidiaBringup::log(const std::string& line) const {
   if (options_.log) options_.log(line);
 }
 
-void NvidiaBringup::add_phase(const char* name, uint64_t start_ns, uint64_t end_ns) {
-  phases_.push_back(
-      {name, static_cast<double>(start_ns) / 1e9, static_cast<double>(end_ns - start_ns) / 1e9});
-}
-
 void NvidiaBringup::start(const NvidiaHardware& hardware) {
   hardware_ = hardware;
   const uint64_t modules_start = boottime_ns();
   load_modules_step();
   const uint64_t gpus_start = boottime_ns();
-  add_phase("nvidia modules", modules_start, gpus_start);
+  phases_.push_back(boot_phase("nvidia modules", modules_start, gpus_start));
   wait_for_gpus();
   make_nodes();
   const uint64_t persistence_start = boottime_ns();
-  add_phase("gpu wait", gpus_start, persistence_start);
+  phases_.push_back(boot_phase("gpu wait", gpus_start, persistence_start));
   start_persistence();
-  add_phase("persistence", persistence_start, boottime_ns());
+  phases_.push_back(boot_phase("persistence", persistence_start, boottime_ns()));
   start_fabric_manager();
   start_watch();
 }
@@ -311,7 +306,9 @@ GpuDetailsMap NvidiaBringup::finish() {
     log("nvidia: " + why + " (persistence and NVLinks unread)");
     return details;
   }
-  if (switched) add_phase("fabric", fabric_started_ns_, watch_started_ns_ + waited_ms * 1000000);
+  if (switched)
+    phases_.push_back(
+        boot_phase("fabric", fabric_started_ns_, watch_started_ns_ + waited_ms * 1000000));
   std::vector<std::string> waiting, persistence_off;
   for (const GpuNvmlState& state : states) {
     details[state.bdf] = state.details;
@@ -360,8 +357,7 @@ BootPhase NvidiaBringup::lock_modules() {
     close(fd);
     log("modules: loading locked (" + path + " = 1)");
   }
-  const uint64_t end = boottime_ns();
-  return {"modules lock", static_cast<double>(start) / 1e9, static_cast<double>(end - start) / 1e9};
+  return boot_phase("modules lock", start, boottime_ns());
 }
 
 pid_t NvidiaBringup::spawn(const std::vector<std::string>& argv, int* output) {

@@ -78,7 +78,6 @@ class NvidiaBringup {
   pid_t spawn(const std::vector<std::string>& argv, int* output);
   // Waits for `pid` up to the deadline; its exit status, or -1 past it.
   int wait_exit(pid_t pid, uint64_t deadline_ms);
-  void add_phase(const char* name, uint64_t start_ns, uint64_t end_ns);
   void log(const std::string& line) const;
 
   NvidiaBringupOptions options_;
