@@ -114,7 +114,7 @@ def test_every_help_page_ends_with_its_exit_statuses(pyinit_bin, pod_init_bin):
         assert "(default: )" not in text, page
     for page in (["warm"], ["shard"], ["report"]):  # they stall no run and supervise nothing
         assert "124" not in run([pyinit_bin, *page, "--help"]).stdout
-    for page in ([], ["topo"], ["nccl"], ["read"], ["modules"], ["params"], ["-v"]):
+    for page in ([], ["topo"], ["nccl"], ["read"], ["modules"], ["params"], ["bringup"], ["-v"]):
         assert run([pod_init_bin, *page, "--help"]).stdout.rstrip().endswith(EXIT_STATUS_HELP)
 
 

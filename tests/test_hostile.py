@@ -29,8 +29,9 @@ NON_UTF8 = os.fsdecode(b"/tmp/pod-init-\xff\xfe-root")
 
 # (command, files to write {name: bytes}, exit status, what stderr must hold).
 # In the command: {tmp} the test's folder, {sys} a fixture sysfs tree of the
-# 2xH200 node, {NAME} a file written from the files column; "pod-init" and
-# "pyinit" are the installed executables, "build" initramfs/build.
+# 2xH200 node, {NAME} a file written from the files column; "pod-init",
+# "pod-init-nvml" and "pyinit" are the installed executables, "build"
+# initramfs/build.
 BIG_LIST = {"hosts": b"10.[0-255].[0-255].[0-255]\n"}
 # 20,000 bracket groups on one 60 KB line: the expansion once recursed per group (exit 139).
 DEEP_LIST = {"hosts": b"10.0.0.1" + b"[1]" * 20_000 + b"\n"}
@@ -66,6 +67,13 @@ BAD_INPUT = [
     (["pod-init", "topo", "--", "-x"], {}, 2, "topo: unexpected argument '-x'"),
     (["pod-init", "params", "podinit.bogus=1"], {}, 2,
      "pod-init: argument 1: unknown parameter podinit.bogus"),
+    (["pod-init", "bringup"], {}, 2, "bringup runs only with --dry-run"),
+    (["pod-init", "bringup", "--dry-run", "--deadline", "0"], {}, 2,
+     "--deadline needs seconds from 1 to 3600"),
+    (["pod-init-nvml"], {}, 2, "pod-init-nvml: no GPU named"),
+    (["pod-init-nvml", "--wait-fabric", "9999", "0000:01:00.0"], {}, 2,
+     "--wait-fabric needs 0 to 3600 seconds, not '9999'"),
+    (["pod-init-nvml", "01:00"], {}, 2, "not a PCI address or option: '01:00'"),
     (["pyinit", "topo", "--expect-gpus", "4294967296"], {}, 2, "must be from 0 to 4096"),
     (["pyinit", "topo", "--sysfs-root", NON_UTF8], {}, 1, "bus/pci/devices: list: No such"),
     (["pyinit", "nccl", "--sysfs-root", "{sys}", "--out", "{tmp}/out", "--socket-ifname", ""],
@@ -219,6 +227,7 @@ BAD_INPUT = [
 def command_line(words: list[str], fill: dict[str, str], pod_init_bin: Path) -> list[str]:
     tools = {
         "pod-init": [str(pod_init_bin)],
+        "pod-init-nvml": [str(pod_init_bin.parent / "pod-init-nvml")],
         "pyinit": [str(pod_init_bin.parent / "pyinit")],
         "build": [sys.executable, str(BUILD), "--init", str(pod_init_bin)],
         "build-root": [sys.executable, str(BUILD_ROOT), "--init", str(pod_init_bin)],

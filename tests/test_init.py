@@ -180,7 +180,7 @@ def test_tini_flags_remap_an_exit_status_and_signal_the_group(pod_init_bin, tmp_
 def test_version_and_per_command_help(pod_init_bin):
     version = subprocess.run([pod_init_bin, "--version"], capture_output=True, text=True)
     assert version.returncode == 0 and version.stdout.startswith("pod-init ")
-    for command in ("topo", "nccl", "read", "modules", "params"):
+    for command in ("topo", "nccl", "read", "modules", "params", "bringup"):
         proc = subprocess.run([pod_init_bin, command, "--help"], capture_output=True, text=True)
         assert proc.returncode == 0
         assert proc.stdout.startswith(f"usage: pod-init {command} "), proc.stdout

@@ -2,7 +2,6 @@
 // the boot image) it brings the node up and runs the workload; otherwise
 // `pod-init [--grace S] -- COMMAND...` supervises a command as tini does, and
 // subcommands inspect the node.
-#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -124,7 +123,7 @@ const std::vector<Command>& commands() {
         "problem (initramfs/build runs it).\n"},
        run_params},
       {{"bringup",
-        "--dry-run",
+        "",
         {{"--dry-run", nullptr, "change nothing: see and read only (required)"},
          {"--sysfs-root", "DIR", "the sysfs tree to scan (default /sys)"},
          {"--release-dir", "DIR", "modules.dep's folder (default /lib/modules/$(uname -r))"},
@@ -270,12 +269,7 @@ int run_modules(const pod_init::ParsedCommand& args) {
   const std::vector<std::string>& names = args.operands;
   if (names.empty())
     return usage_error("modules needs at least one module NAME", find_command("modules"));
-  std::string release_dir = args.text("--release-dir");
-  if (release_dir.empty()) {
-    utsname uts{};
-    uname(&uts);
-    release_dir = std::string("/lib/modules/") + uts.release;
-  }
+  const std::string release_dir = args.text("--release-dir", pod_init::running_release_dir());
   return reporting_errors([&] {
     for (const std::string& line : pod_init::module_dep_lines(release_dir, names)) {
       std::printf("%s\n", line.c_str());
@@ -305,12 +299,7 @@ int run_bringup(const pod_init::ParsedCommand& args) {
   options.dry_run = true;
   options.private_mounts = false;
   options.deadline_s = static_cast<unsigned>(args.number("--deadline", options.deadline_s));
-  options.release_dir = args.text("--release-dir");
-  if (options.release_dir.empty()) {
-    utsname uts{};
-    uname(&uts);
-    options.release_dir = std::string("/lib/modules/") + uts.release;
-  }
+  options.release_dir = args.text("--release-dir", pod_init::running_release_dir());
   std::string self;
   pod_init::sysfs::resolve("/proc/self/exe", &self);
   options.helper = args.text("--helper", self.substr(0, self.rfind('/') + 1) + "pod-init-nvml");
