@@ -29,6 +29,7 @@ import faulthandler
 import functools
 import gc
 import os
+import re
 import runpy
 import signal
 import sys
@@ -54,6 +55,7 @@ from pyinit.runlog.progress import (
     progress_path,
     stack_path,
     teardown_path,
+    traceback_path,
 )
 from pyinit.runlog.steps import StepLog, steps_path
 
@@ -401,6 +403,8 @@ def main() -> None:
             _finish_saves()
             _record(Path(status_dir), 1)
             raise
+        if line is None:
+            line = peer_gone_line(error, traceback_path(Path(status_dir), rank))
         if line is not None:
             print(f"pyinit run: rank {rank}: {line}", file=sys.stderr, flush=True)
         else:
@@ -444,6 +448,38 @@ def checkpoint_failure(error: BaseException) -> str | None:
             return "; ".join(dict.fromkeys(f"checkpoint: {cause}" for cause in causes))
         return None
     return f"checkpoint: {error}" if ours(error) else None
+
+
+# What torch's backends say when the rank at the other end of a collective
+# has gone: gloo's TCP transport, and NCCL's remote error.
+PEER_GONE = re.compile(r"Connection (closed|reset) by peer|Broken pipe|"
+                       r"remote process exited or there was a network error")  # fmt: skip
+
+
+def peer_gone_line(error: BaseException, path: Path) -> str | None:
+    """One line for a collective that failed because another rank went away
+    (killed, stopped or its node lost), its traceback written to `path`;
+    None for any other error. Such a rank is a casualty, not the cause:
+    pyinit run names the rank that failed first or the node that is gone,
+    and a stopped job would otherwise show one traceback per node that
+    heard of the stop from its peers before its own signal came."""
+    if not isinstance(error, RuntimeError):
+        return None
+    first = str(error).split("\n", 1)[0]
+    found = PEER_GONE.search(first)
+    if found is None:
+        return None
+    # gloo starts with its source file's [path:line] and ends with advice.
+    advice = first.find(". ", found.end())
+    said = re.sub(r"^\[[^\]]*\]\s*", "", first if advice < 0 else first[:advice])
+    try:
+        with open(path, "w") as f:
+            traceback.print_exception(error, file=f)
+        where = f"; its traceback: {path}"
+    except OSError:
+        traceback.print_exc()  # a full disk: the traceback on the terminal, as before
+        where = ""
+    return f"a collective failed because another rank is gone ({said}){where}"
 
 
 def _finish_saves() -> bool:

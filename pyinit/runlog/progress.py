@@ -49,6 +49,12 @@ def stack_path(status_dir: Path, rank: int) -> Path:
     return status_dir / f"stack-rank{rank}.txt"
 
 
+def traceback_path(status_dir: Path, rank: int) -> Path:
+    """Where a worker whose collective failed because another rank went away
+    wrote its traceback (the terminal has one line)."""
+    return status_dir / f"traceback-rank{rank}.txt"
+
+
 def teardown_path(status_dir: Path, rank: int) -> Path:
     """Where a failed worker whose interpreter would not end wrote its stacks."""
     return status_dir / f"teardown-rank{rank}.txt"
