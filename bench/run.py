@@ -203,17 +203,20 @@ def interrupted(number: int, _frame: object) -> None:
     raise Interrupted(number)
 
 
-def end_session(session: int) -> None:
-    """Everything left in an entry's session: TERM, then KILL after GRACE_S."""
+def end_session(shell: subprocess.Popen) -> None:
+    """Everything left in the shell's session: TERM, then KILL after GRACE_S.
+    The shell is reaped as soon as it ends: until then, as a zombie, it
+    would keep its group alive to kill(2) and cost the whole grace."""
     for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, GRACE_S)):
         try:
-            os.killpg(session, sig)
+            os.killpg(shell.pid, sig)
         except ProcessLookupError:
             return
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
+            shell.poll()
             try:
-                os.killpg(session, 0)
+                os.killpg(shell.pid, 0)
             except ProcessLookupError:
                 return
             time.sleep(0.05)
@@ -239,7 +242,7 @@ def run_entry(entry: Entry, out: Path, environment: dict[str, str]) -> Outcome:
             return Outcome(entry.name, "timed out", f"after {entry.timeout:g} s",
                            time.monotonic() - began)  # fmt: skip
         finally:  # the shell's session (its pid) ends with it, whatever it left running
-            end_session(shell.pid)
+            end_session(shell)
             shell.wait()
     seconds = time.monotonic() - began
     if code != 0:
