@@ -7,6 +7,7 @@ the script's own reach the terminal."""
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import time
@@ -84,13 +85,14 @@ def test_a_missing_node_is_waited_for_aloud_and_named(pyinit_bin, tmp_path):
 @pytest.mark.slow
 def test_a_node_that_answers_but_never_joins_is_named(pyinit_bin, tmp_path):
     """Every node's pyinit run answers on its liveness port, but node 1's agent
-    never reaches the rendezvous (a preload that takes longer than the join
-    timeout): node 0 names node 1, not 'every node'."""
+    never reaches the rendezvous (a preload that hangs): node 0 names node 1,
+    not 'every node', and node 1 ends its own agent at the join timeout
+    rather than waiting for the preload."""
     from conftest import namespaces, node_addresses
 
     script = tmp_path / "ok.py"
     script.write_text("pass\n")
-    (tmp_path / "slow_preload.py").write_text("import time\ntime.sleep(25)\n")
+    (tmp_path / "slow_preload.py").write_text("import time\ntime.sleep(3600)\n")
     hostfile = tmp_path / "hosts"
     addresses = node_addresses(2)
     hostfile.write_text("\n".join(addresses) + "\n")
@@ -106,7 +108,9 @@ def test_a_node_that_answers_but_never_joins_is_named(pyinit_bin, tmp_path):
                        tmp_path / f"run{rank}", "--", script]  # fmt: skip
             procs.append(subprocess.Popen(command, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, text=True))  # fmt: skip
+        began = time.monotonic()
         outputs = [proc.communicate(timeout=180) for proc in procs]
+        waited = time.monotonic() - began
     node0, node1 = (err for _out, err in outputs)
     assert procs[0].returncode == 1, node0[-3000:]
     named = f"node 1 ({addresses[1]})"
@@ -115,6 +119,9 @@ def test_a_node_that_answers_but_never_joins_is_named(pyinit_bin, tmp_path):
            "the rendezvous)" in node0, node0  # fmt: skip
     assert events(tmp_path / "run0")[-1]["not_joined"] == [named]
     assert f"node 1 ({addresses[1]}, this node) did not join" in node1, node1[-3000:]
+    assert procs[1].returncode == 1 and waited < 120, (waited, node1[-3000:])
+    end = events(tmp_path / "run1")[-1]
+    assert end["not_joined"] and end["torchrun_status"] == 128 + signal.SIGTERM, end
 
 
 @pytest.mark.parametrize("start", ["fork", "spawn"])

@@ -127,6 +127,7 @@ class Outcome:
     stalls: StallWatch
     joins: JoinWatch | None  # several nodes: who has joined
     warm_ended: str = ""  # the warm interpreter that ran the agent went away first: why
+    join_expired: bool = False  # this node's agent was ended for not joining in time
 
 
 def run(config: RunConfig, nvml_backend: Any = None, out: IO[str] = sys.stderr) -> int:
@@ -284,8 +285,14 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
             liveness.start()
         _native.become_subreaper()  # workers torchrun leaves behind re-parent here
         forwarded: list[int] = []
+        # This node's agent never reached the rendezvous in time: ended with the
+        # TERM a stop would send, which this process sends itself (it is not forwarded).
+        join_expired: list[bool] = []
 
         def on_signal(sig: int) -> None:
+            if sig == signal.SIGTERM and join_expired == [True]:
+                join_expired.append(True)
+                return
             if not forwarded:
                 log.write("signal", signal=signal.Signals(sig).name)
             forwarded.append(sig)
@@ -310,6 +317,10 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
         def on_tick() -> None:
             restarts.check()
             stalls.check()
+            if joins is not None and not join_expired and joins.overdue():
+                join_expired.append(True)
+                log.write("join timeout", seconds=config.join_timeout)
+                os.kill(os.getpid(), signal.SIGTERM)
 
         log.write("spawn", command=plan.command,
                   seconds_since_start=round(boottime() - plan.entered, 4))  # fmt: skip
@@ -335,7 +346,7 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
         survivors = _native.end_children()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    return Outcome(code, forwarded, survivors, stalls, joins, warm_ended)
+    return Outcome(code, forwarded, survivors, stalls, joins, warm_ended, bool(join_expired))
 
 
 def _relay(warm: client.WarmLaunch, forwarded: list[int], on_signal: Any, on_tick: Any,
@@ -422,6 +433,8 @@ def conclude(plan: Plan, outcome: Outcome, out: IO[str]) -> int:
     stalls, forwarded = outcome.stalls, outcome.forwarded
     failures = failure_records(plan.status_dir)
     status = _exit_status(outcome.code, forwarded, failures[0] if failures else None)
+    if outcome.join_expired and status != 0 and not forwarded:
+        status = EXIT_FAILURE  # as torchrun's rendezvous timeout on the nodes inside it
     if status != 0 and config.stall_timeout > 0 and liveness is not None:
         # A stalled node's workers were ended: ours may have failed on the broken
         # connection before the next poll. Its verdict is still being served.

@@ -128,7 +128,9 @@ class JoinWatch:
     status folder), says every few seconds which nodes are missing: those
     whose pyinit run does not answer on its liveness port. A thread of its
     own: asking a node that is not there takes a timeout, which the
-    supervisor's tick must not wait for."""
+    supervisor's tick must not wait for. torchrun's rendezvous enforces the
+    limit once the agent is in it; `overdue` tells the supervisor when this
+    node's agent has not even got there (a preload or an import that hangs)."""
 
     def __init__(self, joined: Path, liveness: Liveness, addresses: Sequence[str], rank: int,
                  limit_s: float, say: Callable[[str], None]) -> None:  # fmt: skip
@@ -145,6 +147,10 @@ class JoinWatch:
 
     def has_joined(self) -> bool:
         return self.joined.exists()
+
+    def overdue(self) -> bool:
+        """True once the limit has passed and this node's agent has not joined."""
+        return time.monotonic() - self._began >= self.limit_s and not self.has_joined()
 
     def not_joined(self) -> tuple[list[int], list[int]]:
         """The nodes that have not joined: those whose pyinit run does not
