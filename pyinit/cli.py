@@ -129,13 +129,16 @@ def _first_word(argv: list[str], names: Mapping[str, object]) -> str | None:
 
 def _subcommands(parser: argparse.ArgumentParser, table: Mapping[str, tuple[Any, str]],
                  argv: list[str], dest: str, prefix: str) -> _Parser | None:  # fmt: skip
-    """A subparser for every name in the table, the one argv chooses made
-    whole; that one, or None when argv chooses none."""
+    """The subparser argv chooses, made whole, and that one returned; a
+    subparser for every name in the table (for the list in --help and
+    usage errors) when argv chooses none, and None."""
     sub = parser.add_subparsers(dest=dest, required=True, metavar=dest.upper(),
                                 parser_class=_Parser)  # fmt: skip
     chosen = _first_word(argv, table)
     made = None
     for name, (target, text) in table.items():
+        if chosen is not None and name != chosen:
+            continue  # argparse's parsers cost a millisecond each: a plan on 512 nodes feels it
         statuses = exit_status_help(*COMMAND_STATUSES.get(name, PLAIN_STATUSES))
         command = sub.add_parser(name, help=text, description=text, epilog=statuses,
                                  formatter_class=_Formatter)  # fmt: skip

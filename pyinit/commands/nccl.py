@@ -52,14 +52,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from pyinit.nccl import configure
-    from pyinit.nvml import optional_view
 
     if args.tune or args.retune:
         measured = _tune(args)
         if measured is None:
             return EXIT_FAILURE
         topology, tuning, nvml = measured
+    elif args.no_nvml:  # NVML's module not even imported: a plan on every node of a job
+        topology, tuning, nvml = None, None, None
     else:
+        from pyinit.nvml import optional_view
+
         topology, tuning, nvml = None, None, optional_view(args)
     config = configure(args.sysfs_root, topology=topology, tuning=tuning, hints=args.hints,
                        hostfile=args.hostfile, out_dir=args.out, socket_ifname=args.socket_ifname,

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 from pyinit import _native
 from pyinit.errors import InputError
 from pyinit.jsonfile import read_input
-from pyinit.nvml import NvmlView
 from pyinit.topology import Topology, scan
 
-if TYPE_CHECKING:  # the tables' module (statistics, hashing) only when a tuning is made
-    from pyinit.nccl.tuning import Tuning
+if TYPE_CHECKING:  # the tables' module (statistics, hashing) only when a tuning is made,
+    from pyinit.nccl.tuning import Tuning  # NVML's only when its view is read
+    from pyinit.nvml import NvmlView
 
 
 def resolve_hostfile(path: str) -> str:
