@@ -372,6 +372,10 @@ def test_three_nodes_in_namespaces_train_together(pyinit_bin, three_namespaces, 
     outputs = ended(procs, 300)
     for proc, (_, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err[-3000:]
+        # What torch's C++ side says in the agent (the store's warning for each
+        # connection from an address without a name) is the agent's log's.
+        assert "[c10d]" not in err, err[-3000:]
+    assert "[c10d]" in (tmp_path / three_namespaces[0] / "agent.log").read_text()
     assert "all-reduce: sum 6 over 3 ranks, expected 6" in outputs[0][0]
     assert "step    15" in outputs[0][0]
     for rank, ns in enumerate(three_namespaces):

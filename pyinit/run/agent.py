@@ -36,6 +36,7 @@ FAILURES_FILE = "failures.json"
 # Left in the status folder by a worker's first torch.compile (pyinit.run.wrapper).
 COMPILED_MARK = "compiled"
 AGENT_LOG = "agent.log"
+TERMINAL_FD_ENV = "PYINIT_TERMINAL_FD"  # the terminal, in an agent whose fd 2 is its log
 
 # torch's own switch for a CUDA check that does not initialise CUDA: torchrun's
 # LaunchConfig asks torch.cuda.is_available(), which otherwise runs cuInit in the
@@ -56,10 +57,12 @@ def main(argv: list[str] | None = None, started: float | None = None) -> None:
     folder = os.environ.get(RUN_DIR_ENV)
     if folder:
         # Before torch is imported: its loggers' handlers take sys.stderr as it is
-        # then. The workers' fd 2 is still the terminal (see the wrapper).
+        # then.
         sys.stderr = open(Path(folder, AGENT_LOG), "a", buffering=1, encoding="utf-8")  # noqa: SIM115
         if "torch" in sys.modules:  # a warm interpreter's fork: torch's handlers exist
             _log_handlers_to(sys.stderr)
+        if preloads:  # forked workers: they take the terminal back (see the wrapper)
+            _fd2_to(sys.stderr)
     log = EventLog.for_run(node=int(os.environ.get("PYINIT_NODE_RANK", "0")))
     preloaded = "torch" in sys.modules  # a warm interpreter's fork
     start = boottime()
@@ -185,6 +188,18 @@ def preload_compile_for_restarts(status_dir: Path) -> None:
 
     LocalElasticAgent._monitor_workers = watching
     SimpleElasticAgent._restart_workers = restart_unthreaded
+
+
+def _fd2_to(log: Any) -> None:
+    """The agent's fd 2 becomes its log, so what torch's C++ side writes there
+    goes to the log too: the store's warning for each connection whose peer
+    has no name, a connection's timeout with its C++ stack. The terminal
+    stays open on another descriptor, named in TERMINAL_FD_ENV, which each
+    forked worker makes its fd 2 again. Only for forked workers: a spawned
+    one would not inherit it."""
+    terminal = os.dup(2)
+    os.dup2(log.fileno(), 2)
+    os.environ[TERMINAL_FD_ENV] = str(terminal)
 
 
 def _log_handlers_to(stream: Any) -> None:

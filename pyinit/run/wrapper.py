@@ -42,7 +42,7 @@ from pyinit import _native
 from pyinit.jsonfile import write_json
 from pyinit.phases import install as install_phases
 from pyinit.phases import phase
-from pyinit.run.agent import COMPILED_MARK
+from pyinit.run.agent import COMPILED_MARK, TERMINAL_FD_ENV
 from pyinit.run.compiles import COMPILE_CACHE_ENV, CompileMarks, load_portable
 from pyinit.run.preload import COMPILE_PRELOADS
 from pyinit.run.store import FD_ENV as STORE_FD_ENV
@@ -343,8 +343,13 @@ def watch_progress(status_dir: Path, rank: int) -> ProgressWriter:
 
 def main() -> None:
     entered = boottime()
-    # Forked from the agent, whose sys.stderr is its log file: the script's
-    # output and tracebacks go to the terminal, as they would without us.
+    # Forked from the agent, whose fd 2 and sys.stderr are its log file: the
+    # script's output and tracebacks go to the terminal, as they would without us.
+    terminal = os.environ.pop(TERMINAL_FD_ENV, None)
+    if terminal is not None:
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(int(terminal), 2)
+            os.close(int(terminal))
     sys.stderr = sys.__stderr__
     # The agent's alone (the script's own subprocesses must not take it for theirs).
     os.environ.pop(STORE_FD_ENV, None)
