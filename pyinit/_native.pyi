@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['CHECKSUM_ATTRIBUTE', 'DirectReader', 'DirectWriter', 'MAX_CHANNELS', 'MAX_EXPECTED_GPUS', 'MAX_HOSTS', 'MAX_QUEUE_DEPTH', 'NcclConfig', 'NodeList', 'ReadStream', 'Topology', 'aligned_empty', 'become_subreaper', 'crc32c', 'crc32c_combine', 'die_with_parent', 'end_children', 'expand_nodelist', 'load_node_list', 'load_topology', 'memory_stats', 'nccl_config', 'publish_directory', 'read_boot_id', 'scan_topology', 'supervise', 'tuning_table_rules']
+__all__: list[str] = ['CHECKSUM_ATTRIBUTE', 'DirectReader', 'DirectWriter', 'MAX_CHANNELS', 'MAX_EXPECTED_GPUS', 'MAX_HOSTS', 'MAX_QUEUE_DEPTH', 'NcclConfig', 'NodeList', 'ReadStream', 'Topology', 'aligned_empty', 'become_subreaper', 'crc32c', 'crc32c_combine', 'die_with_parent', 'end_children', 'expand_nodelist', 'load_node_list', 'load_topology', 'map_file', 'memory_stats', 'nccl_config', 'populate', 'publish_directory', 'read_boot_id', 'scan_topology', 'supervise', 'tuning_table_rules']
 class Topology:
     def expect_gpus(self, count: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
@@ -296,6 +296,10 @@ def load_topology(text: str, source: str) -> Topology:
     """
     The Topology a `pod-init topo --json` document describes (a scan reused, not repeated). InputError naming source when it is not one.
     """
+def map_file(path: str, offset: int, length: int) -> numpy.typing.NDArray[numpy.uint8]:
+    """
+    [offset, offset + length) of the file at `path`, mapped privately, as a writable uint8 array: its pages are the page cache's until written to, and a write never reaches the file. offset a multiple of the page size; the file holds its descriptor no longer.
+    """
 def memory_stats() -> dict:
     """
     The pool behind read(), read_batch(), aligned_empty() and the streams: arena bytes (mapped once, kept), bytes of large blocks in use, blocks in use, large blocks returned.
@@ -303,6 +307,10 @@ def memory_stats() -> dict:
 def nccl_config(topology: Topology, *, nodes: ... | None = None, hints: str = '', out_dir: str = '.', socket_ifname: str = '', force_rings: bool = False, channels: typing.SupportsInt | typing.SupportsIndex = 0, details: collections.abc.Mapping[str, tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, collections.abc.Sequence[tuple[str, str, typing.SupportsInt | typing.SupportsIndex]]]] = {}, environment: collections.abc.Mapping[str, str] = {}, proc_root: str = '/proc', tuned_env: collections.abc.Mapping[str, str] = {}, tuning_table: str = '') -> NcclConfig:
     """
     Builds the NCCL configuration from a scanned topology and a node list (nothing is written until write()); tuned_env and tuning_table: a measured tuning for this node, its settings added to the env file and the table written beside it. InputError for bad input, OSError when the hints file cannot be read.
+    """
+def populate(data: typing_extensions.Buffer) -> None:
+    """
+    Faults the pages of `data` (a map_file array) in from the page cache, reading what is not cached, without copying them.
     """
 def publish_directory(staged: str, target: str) -> bool:
     """

@@ -175,6 +175,8 @@ def verify(path: str | os.PathLike[str], queue_depth: int = 32) -> bool:
 
 crc32c = _native.crc32c
 crc32c_combine = _native.crc32c_combine
+map_file = _native.map_file
+populate = _native.populate
 
 
 def publish_directory(staged: str | os.PathLike[str], target: str | os.PathLike[str]) -> bool:

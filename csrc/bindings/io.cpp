@@ -3,7 +3,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cerrno>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
@@ -15,6 +17,7 @@
 #include "common/error.hpp"
 #include "io/direct_reader.hpp"
 #include "io/direct_writer.hpp"
+#include "io/file_mapping.hpp"
 
 namespace pod_init::bindings {
 
@@ -161,6 +164,54 @@ void bind_io(py::module_& m) {
       py::arg("nbytes"),
       "A page-aligned uint8 array (uninitialised) from the reader's pool, whose memory the "
       "ring registers on first use.");
+
+  m.def(
+      "map_file",
+      [](const std::string& path, const py::int_& offset, const py::int_& length) {
+        pod_init::check_path(path);
+        uint64_t at = non_negative(offset, "offset");
+        uint64_t size = non_negative(length, "length");
+        auto mapping = std::make_unique<pod_init::FileMapping>();
+        int rc = 0;
+        {
+          ReleasedGil release;
+          rc = pod_init::FileMapping::map(path, at, size, mapping.get());
+        }
+        if (rc == -EINVAL)
+          throw py::value_error(
+              "offset must be a multiple of the page size "
+              "and length more than 0");
+        if (rc == -ENODATA) {
+          throw pod_init::SysError(ENODATA,
+                                   "map bytes " + std::to_string(at) + " to " +
+                                       std::to_string(at + size) + " (past the file's end)",
+                                   path);
+        }
+        if (rc < 0) throw pod_init::SysError(-rc, "map", path);
+        uint8_t* data = mapping->data();
+        py::capsule owner(mapping.release(),
+                          [](void* p) { delete static_cast<pod_init::FileMapping*>(p); });
+        return py::array_t<uint8_t>({static_cast<py::ssize_t>(size)}, {py::ssize_t{1}}, data,
+                                    owner);
+      },
+      py::arg("path"), py::arg("offset"), py::arg("length"),
+      "[offset, offset + length) of the file at `path`, mapped privately, as a writable uint8 "
+      "array: its pages are the page cache's until written to, and a write never reaches the "
+      "file. offset a multiple of the page size; the file holds its descriptor no longer.");
+  m.def(
+      "populate",
+      [](const py::buffer& data) {
+        py::buffer_info info = contiguous(data, "populate");
+        int rc = 0;
+        {
+          ReleasedGil release;
+          rc = pod_init::populate_read(static_cast<const uint8_t*>(info.ptr), byte_length(info));
+        }
+        if (rc < 0) throw pod_init::SysError(-rc, "madvise(MADV_POPULATE_READ)");
+      },
+      py::arg("data"),
+      "Faults the pages of `data` (a map_file array) in from the page cache, reading what is "
+      "not cached, without copying them.");
 
   using Stream = pod_init::DirectReader::Stream;
   py::class_<Stream>(m, "ReadStream")
