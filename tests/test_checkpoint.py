@@ -832,7 +832,17 @@ def test_a_tensor_at_an_offset_its_type_cannot_view_is_copied(folder):
 
 
 @pytest.mark.root
-def test_a_loop_image_read_through_the_page_cache_is_loaded_buffered(
+def file_mapped_at(address: int, path: Path) -> bool:
+    """Whether `address` lies in a mapping of `path` (/proc/self/maps)."""
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        span, *_rest, name = line.split(maxsplit=5)
+        low, high = (int(x, 16) for x in span.split("-"))
+        if low <= address < high and name == str(path):
+            return True
+    return False
+
+
+def test_a_loop_image_read_through_the_page_cache_is_loaded_as_its_pages(
     small_filesystem, monkeypatch, tmp_path
 ):
     import torch
@@ -844,12 +854,20 @@ def test_a_loop_image_read_through_the_page_cache_is_loaded_buffered(
     path = small_filesystem / "ckpt.safetensors"
     checkpoint.save(state, path)
     assert in_place.page_cache_backed(str(path))  # mount -o loop: the loop's direct IO is off
-    buffered = []
-    read = in_place._BufferedReads.read
-    monkeypatch.setattr(in_place._BufferedReads, "read",
-                        lambda self, *a: buffered.append(a[2]) or read(self, *a))  # fmt: skip
+    populated = []
+    populate = in_place.populate
+    monkeypatch.setattr(
+        in_place, "populate", lambda data: populated.append(len(data)) or populate(data)
+    )
+    before = path.read_bytes()
     loaded = checkpoint.load(path)
-    assert buffered and all(torch.equal(loaded[k], v) for k, v in state.items())
+    assert populated and all(torch.equal(loaded[k], v) for k, v in state.items())
+    # The tensors are the file's pages, privately: writing one changes neither the file nor
+    # a second load.
+    assert file_mapped_at(loaded["w"].data_ptr(), path)
+    loaded["w"].zero_()
+    assert path.read_bytes() == before
+    assert torch.equal(checkpoint.load(path)["w"], state["w"])
     # The same image behind a loop device with its own direct IO on: O_DIRECT
     # reaches the backing file's disk, and the load takes it.
     image = tmp_path / "dio.img"
@@ -867,9 +885,10 @@ def test_a_loop_image_read_through_the_page_cache_is_loaded_buffered(
         try:
             checkpoint.save(state, mount / "ckpt.safetensors")
             assert not in_place.page_cache_backed(str(mount / "ckpt.safetensors"))
-            buffered.clear()
+            populated.clear()
             loaded = checkpoint.load(mount / "ckpt.safetensors")
-            assert not buffered and torch.equal(loaded["w"], state["w"])
+            assert not populated and torch.equal(loaded["w"], state["w"])
+            assert not file_mapped_at(loaded["w"].data_ptr(), mount / "ckpt.safetensors")
         finally:
             for _ in range(50):
                 if subprocess.run(["umount", mount], capture_output=True).returncode == 0:
@@ -879,14 +898,13 @@ def test_a_loop_image_read_through_the_page_cache_is_loaded_buffered(
         subprocess.run(["losetup", "-d", device], check=True)
 
 
-def test_a_buffered_load_of_many_files_leaves_no_descriptor_open(folder, monkeypatch):
+def test_a_mapped_load_of_many_files_leaves_no_descriptor_open(folder, monkeypatch):
     import torch
 
     from pyinit import checkpoint
     from pyinit.checkpoint import in_place
 
-    # Reader threads share the buffered descriptors: each file's is opened
-    # once, before they start, and closed after, whatever the load's outcome.
+    # A mapping keeps no descriptor, and a failed load leaves none open.
     state = {}
     for shard in range(6):
         part = {f"s{shard}.w{i}": torch.randn(1 << 18) for i in range(4)}
@@ -898,8 +916,18 @@ def test_a_buffered_load_of_many_files_leaves_no_descriptor_open(folder, monkeyp
         loaded = checkpoint.load(folder)
         assert all(torch.equal(loaded[k], v) for k, v in state.items())
     assert sorted(os.listdir("/proc/self/fd")) == before
-    # A file that cannot be opened closes the ones opened before it.
-    paths = [str(folder / "model-0.safetensors"), str(folder / "gone.safetensors")]
-    with pytest.raises(FileNotFoundError):
-        in_place._BufferedReads(paths, [True, True])
+    # A file that shrank after its header was read is refused before anything is
+    # mapped (a page past a file's end would kill the process with SIGBUS when touched).
+    shard = str(folder / "model-5.safetensors")
+    map_file = in_place.map_file
+
+    def shrinking(path: str, offset: int, length: int):
+        if path == shard:
+            os.truncate(path, os.path.getsize(path) - 8192)
+        return map_file(path, offset, length)
+
+    monkeypatch.setattr(in_place, "map_file", shrinking)
+    with pytest.raises(OSError, match=r"map bytes \d+ to \d+ \(past the file's end\)") as refused:
+        checkpoint.load(folder)
+    assert refused.value.errno == errno.ENODATA and refused.value.filename == shard
     assert sorted(os.listdir("/proc/self/fd")) == before

@@ -14,10 +14,13 @@ reads never checksums.
 
 A file on a loop device that reads its backing file through the page cache
 (the loop's own direct IO off: ``losetup`` without ``--direct-io=on``, a
-container's image as most runtimes mount it) is read through the page cache
-too: O_DIRECT there bypasses only the upper cache, and the loop's worker turns
-each request into a buffered read of the backing file, one at a time,
-without the readahead a buffered reader of the upper file gets.
+container's image as most runtimes mount it) is not read with O_DIRECT: that
+bypasses only the upper cache, and the loop's worker turns each request into
+a buffered read of the backing file, one at a time, without readahead. Its
+stretches are the page cache's own pages, mapped privately (a tensor written
+to gets its own copy of that page; the file never changes) and faulted in by
+the reader threads: the page cache holds a copy already, and reading it into
+fresh memory would make a second one.
 """
 
 from __future__ import annotations
@@ -33,9 +36,10 @@ import torch
 
 from pyinit.checkpoint import staging
 from pyinit.checkpoint.format import Entry
-from pyinit.io import aligned_empty, crc32c
+from pyinit.io import aligned_empty, crc32c, map_file, populate
 
 GAP = 1 << 20  # unwanted bytes read rather than start another stretch
+PAGE = os.sysconf("SC_PAGESIZE")  # a mapping's offset unit
 # Reads in flight, each its reader's queue deep: the bytes land in the tensors,
 # so more readers cost no host memory. From the page cache (the pipeline's own
 # ceiling) an H200 host loaded 5.4 GB/s with 2, 11.0 with 4; from its disk the
@@ -55,6 +59,7 @@ class Stretch:
     entries: list[Entry]
     keys: list[int]
     memory: np.ndarray | None = None
+    mapped: bool = False  # `memory` is the file's own pages, mapped privately
 
 
 def stretches(chosen: Sequence[Sequence[Entry]], sizes: Sequence[int]) -> list[Stretch]:
@@ -98,35 +103,12 @@ def page_cache_backed(path: str) -> bool:
     return False
 
 
-class _BufferedReads:
-    """Reads through the page cache, one descriptor per file, all opened
-    before any reader thread starts."""
-
-    def __init__(self, paths: Sequence[str], wanted: Sequence[bool]):
-        self._fds: dict[int, int] = {}
-        try:
-            for file, path in enumerate(paths):
-                if wanted[file]:
-                    fd = self._fds[file] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        except BaseException:
-            self.close()
-            raise
-
-    def read(self, file: int, destination: np.ndarray, offset: int) -> int:
-        fd = self._fds[file]
-        view, done = memoryview(destination).cast("B"), 0
-        while done < len(view):
-            got = os.preadv(fd, [view[done:]], offset + done)
-            if got == 0:
-                break
-            done += got
-        return done
-
-    def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+def _map(paths: Sequence[str], stretch: Stretch) -> None:
+    """`stretch.memory`: its bytes as a view of a private mapping of its file
+    (from the page that holds its first byte)."""
+    start = stretch.begin - stretch.begin % PAGE
+    mapping = map_file(paths[stretch.file], start, stretch.end - start)
+    stretch.memory, stretch.mapped = mapping[stretch.begin - start :], True
 
 
 def fill(
@@ -139,27 +121,30 @@ def fill(
     """Every chosen entry as a CPU tensor (in the order of `chosen`, file by
     file), and with `checksums` the CRC-32C of each one's bytes by its number."""
     plan = stretches(chosen, sizes)
-    windows = []
-    for stretch in plan:
-        # Whole pages, so the last window's read goes straight in too.
-        stretch.memory = aligned_empty(staging.whole_pages(stretch.end - stretch.begin))
-        for at in range(stretch.begin, stretch.end, staging.BLOCK_BYTES):
-            windows.append((stretch, at, min(at + staging.BLOCK_BYTES, stretch.end)))
-    buffered = [page_cache_backed(path) for path in paths]
-    through_cache = _BufferedReads(paths, buffered)
+    cached = [page_cache_backed(path) for path in paths]
     direct = staging.Readers(paths, queue_depth)
 
     def read(stretch: Stretch, begin: int, end: int) -> int:
         assert stretch.memory is not None
+        if stretch.mapped:
+            populate(stretch.memory[begin - stretch.begin : end - stretch.begin])
+            return end - begin
         destination = stretch.memory[
             begin - stretch.begin : staging.whole_pages(end - stretch.begin)
         ]
-        if buffered[stretch.file]:
-            return through_cache.read(stretch.file, destination, begin)
         return direct.read_into(stretch.file, destination, begin)
 
     parts: dict[int, list[tuple[int, Future[int]]]] = {}
     try:
+        windows = []
+        for stretch in plan:
+            if cached[stretch.file]:
+                _map(paths, stretch)
+            else:
+                # Whole pages, so the last window's read goes straight in too.
+                stretch.memory = aligned_empty(staging.whole_pages(stretch.end - stretch.begin))
+            for at in range(stretch.begin, stretch.end, staging.BLOCK_BYTES):
+                windows.append((stretch, at, min(at + staging.BLOCK_BYTES, stretch.end)))
         with (
             ThreadPoolExecutor(READERS, thread_name_prefix="pyinit-ckpt-read") as reads,
             ThreadPoolExecutor(CRC_THREADS, thread_name_prefix="pyinit-ckpt-crc") as crcs,
@@ -180,7 +165,6 @@ def fill(
                 raise
     finally:
         direct.close()
-        through_cache.close()
     tensors = _views(plan, [entry for entries in chosen for entry in entries])
     return tensors, {key: staging.combined(pieces) for key, pieces in parts.items()}
 
