@@ -111,6 +111,21 @@ def test_a_rank_whose_peer_went_away_says_so_in_one_line(pyinit_bin, tmp_path):
     assert "pyinit run: rank 0 failed first (pid " in result.stderr
 
 
+def test_only_a_backend_s_word_for_a_lost_peer_makes_a_rank_a_casualty(tmp_path):
+    from pyinit.run.wrapper import peer_gone_line
+
+    saved = tmp_path / "traceback.txt"
+    nccl = RuntimeError("NCCL error in: ProcessGroupNCCL.cpp:2000, remote process exited or "
+                        "there was a network error, NCCL version 2.28.3")  # fmt: skip
+    assert peer_gone_line(nccl, saved).startswith("a collective failed because another rank")
+    assert saved.read_text().startswith("RuntimeError: NCCL error in")  # raised, not thrown here
+    # The script's own errors keep their traceback on the terminal, whatever they say.
+    for own in (RuntimeError("Connection reset by peer"), ConnectionResetError(104, "reset"),
+                ValueError("gloo/transport/tcp/pair.cc: Connection closed by peer")):  # fmt: skip
+        assert peer_gone_line(own, tmp_path / "not.txt") is None
+    assert not (tmp_path / "not.txt").exists()
+
+
 @pytest.mark.slow
 def test_the_earliest_failure_is_the_root_cause_even_when_killed_by_a_signal(pyinit_bin, tmp_path):
     """Rank 1 is killed by SIGKILL (no record of its own) before rank 0 exits 7:

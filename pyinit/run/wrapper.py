@@ -456,9 +456,10 @@ def checkpoint_failure(error: BaseException) -> str | None:
 
 
 # What torch's backends say when the rank at the other end of a collective
-# has gone: gloo's TCP transport, and NCCL's remote error.
-PEER_GONE = re.compile(r"Connection (closed|reset) by peer|Broken pipe|"
-                       r"remote process exited or there was a network error")  # fmt: skip
+# has gone: gloo's TCP transport (its message starts with its source file's
+# path), and NCCL's remote error.
+PEER_GONE = re.compile(r"gloo/transport/.*(Connection (closed|reset) by peer|Broken pipe)|"
+                       r"NCCL.*remote process exited or there was a network error")  # fmt: skip
 
 
 def peer_gone_line(error: BaseException, path: Path) -> str | None:
@@ -475,7 +476,7 @@ def peer_gone_line(error: BaseException, path: Path) -> str | None:
     if found is None:
         return None
     # gloo starts with its source file's [path:line] and ends with advice.
-    advice = first.find(". ", found.end())
+    advice = first.find(". ", found.end(1) if found.group(1) else found.end())
     said = re.sub(r"^\[[^\]]*\]\s*", "", first if advice < 0 else first[:advice])
     try:
         with open(path, "w") as f:
