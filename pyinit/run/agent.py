@@ -27,7 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from pyinit.jsonfile import write_json
-from pyinit.run.preload import COMPILE_PRELOADS, PreloadError, fork_unsafe, import_all, parse
+from pyinit.run.preload import (
+    COMPILE_PRELOADS,
+    PreloadError,
+    collector_paused,
+    fork_unsafe,
+    import_all,
+    parse,
+)
 from pyinit.runlog.events import RUN_DIR_ENV, EventLog, boottime, process_start
 from pyinit.runlog.progress import read_progress
 
@@ -66,21 +73,22 @@ def main(argv: list[str] | None = None, started: float | None = None) -> None:
     log = EventLog.for_run(node=int(os.environ.get("PYINIT_NODE_RANK", "0")))
     preloaded = "torch" in sys.modules  # a warm interpreter's fork
     start = boottime()
-    from torch.distributed import run as torchrun
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    with collector_paused():
+        from torch.distributed import run as torchrun
+        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    from pyinit.run import store
+        from pyinit.run import store
 
-    store.register_handler(str(Path(folder, "status")) if folder else None)
-    if folder:
-        time_restarts(Path(folder, "status"), int(os.environ.get("PYINIT_NODE_RANK", "0")))
-        if preloads:  # workers forked from here: a restarted group's are too
-            preload_compile_for_restarts(Path(folder, "status"))
-    imported = boottime()
-    try:
-        new = import_all(preloads)
-    except PreloadError as error:
-        sys.exit(str(error))  # its last line: pyinit run names it
+        store.register_handler(str(Path(folder, "status")) if folder else None)
+        if folder:
+            time_restarts(Path(folder, "status"), int(os.environ.get("PYINIT_NODE_RANK", "0")))
+            if preloads:  # workers forked from here: a restarted group's are too
+                preload_compile_for_restarts(Path(folder, "status"))
+        imported = boottime()
+        try:
+            new = import_all(preloads)
+        except PreloadError as error:
+            sys.exit(str(error))  # its last line: pyinit run names it
     unsafe = fork_unsafe() if preloads else ""
     if unsafe:
         sys.exit(f"--preload {','.join(preloads)}: {unsafe}")

@@ -18,6 +18,7 @@ from pyinit.run.preload import (
     COMPILE_PRELOADS,
     DEFAULT_PRELOADS,
     PreloadError,
+    collector_paused,
     fork_unsafe,
     import_all,
 )
@@ -62,7 +63,7 @@ class Warm:
 
     def load(self) -> None:
         """The preloads, the agent's own imports, and a record of each file."""
-        with protocol.recording_environ_reads() as seen:
+        with protocol.recording_environ_reads() as seen, collector_paused():
             import_all(self.preloads)
             import_all(("torch.distributed.run", "pyinit.run.agent", "pyinit.run.store",
                         "pyinit.run.wrapper"))  # fmt: skip
@@ -75,7 +76,7 @@ class Warm:
         longer fork ("" when it may). One that fails to import is said and
         left out: a compiled script imports it itself."""
         name = self.deferred.pop(0)
-        with protocol.recording_environ_reads() as seen:
+        with protocol.recording_environ_reads() as seen, collector_paused():
             try:
                 import_all((name,))
             except PreloadError as error:
