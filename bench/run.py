@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import configparser
+import contextlib
 import importlib.util
 import json
 import math
@@ -47,6 +48,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -199,8 +201,36 @@ class Interrupted(Exception):
         self.number = number
 
 
-def interrupted(number: int, _frame: object) -> None:
-    raise Interrupted(number)
+class Stops:
+    """INT, TERM and HUP raise Interrupted, except while an entry's shell is
+    being started: a signal then, before the shell is in the driver's hands
+    to end, would leave it running. It is kept, and raised by
+    `raise_held` once it can be ended."""
+
+    def __init__(self) -> None:
+        self.holding = False
+        self.held = 0
+
+    def handler(self, number: int, _frame: object) -> None:
+        if self.holding:
+            self.held = self.held or number
+            return
+        raise Interrupted(number)
+
+    @contextlib.contextmanager
+    def holding_back(self) -> Iterator[None]:
+        self.holding = True
+        try:
+            yield
+        finally:
+            self.holding = False
+
+    def raise_held(self) -> None:
+        if self.held:
+            raise Interrupted(self.held)
+
+
+STOPS = Stops()
 
 
 def end_session(shell: subprocess.Popen) -> None:
@@ -233,10 +263,12 @@ def run_entry(entry: Entry, out: Path, environment: dict[str, str]) -> Outcome:
                                      dir="/var/tmp") as work, \
             open(folder / "log.txt", "w", encoding="utf-8") as log:  # fmt: skip
         env = {**os.environ, **environment, "OUT": str(folder), "WORK": work, "BENCH": str(BENCH)}
-        shell = subprocess.Popen(["bash", "-euo", "pipefail", "-c", entry.run], cwd=ROOT, env=env,
-                                 stdout=log, stderr=subprocess.STDOUT,
-                                 start_new_session=True)  # fmt: skip
+        with STOPS.holding_back():
+            shell = subprocess.Popen(["bash", "-euo", "pipefail", "-c", entry.run], cwd=ROOT,
+                                     env=env, stdout=log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)  # fmt: skip
         try:
+            STOPS.raise_held()
             code = shell.wait(timeout=entry.timeout)
         except subprocess.TimeoutExpired:
             return Outcome(entry.name, "timed out", f"after {entry.timeout:g} s",
@@ -302,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench/run.py: --out {out}: {e.strerror or e}", file=sys.stderr)
         return 2
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(number, interrupted)
+        signal.signal(number, STOPS.handler)
     outcomes = []
     for entry in entries:
         print(f"== {entry.name}", file=sys.stderr, flush=True)
