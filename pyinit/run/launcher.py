@@ -286,12 +286,13 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
         _native.become_subreaper()  # workers torchrun leaves behind re-parent here
         forwarded: list[int] = []
         # This node's agent never reached the rendezvous in time: ended with the
-        # TERM a stop would send, which this process sends itself (it is not forwarded).
-        join_expired: list[bool] = []
+        # TERM a stop would send, which this process sends itself (not a forwarded one).
+        join_expired = own_term_due = False
 
         def on_signal(sig: int) -> None:
-            if sig == signal.SIGTERM and join_expired == [True]:
-                join_expired.append(True)
+            nonlocal own_term_due
+            if sig == signal.SIGTERM and own_term_due:
+                own_term_due = False
                 return
             if not forwarded:
                 log.write("signal", signal=signal.Signals(sig).name)
@@ -315,10 +316,11 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
             joins.start()
 
         def on_tick() -> None:
+            nonlocal join_expired, own_term_due
             restarts.check()
             stalls.check()
             if joins is not None and not join_expired and joins.overdue():
-                join_expired.append(True)
+                join_expired = own_term_due = True
                 log.write("join timeout", seconds=config.join_timeout)
                 os.kill(os.getpid(), signal.SIGTERM)
 
@@ -346,7 +348,7 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
         survivors = _native.end_children()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    return Outcome(code, forwarded, survivors, stalls, joins, warm_ended, bool(join_expired))
+    return Outcome(code, forwarded, survivors, stalls, joins, warm_ended, join_expired)
 
 
 def _relay(warm: client.WarmLaunch, forwarded: list[int], on_signal: Any, on_tick: Any,
