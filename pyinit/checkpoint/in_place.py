@@ -59,7 +59,6 @@ class Stretch:
     entries: list[Entry]
     keys: list[int]
     memory: np.ndarray | None = None
-    mapped: bool = False  # `memory` is the file's own pages, mapped privately
 
 
 def stretches(chosen: Sequence[Sequence[Entry]], sizes: Sequence[int]) -> list[Stretch]:
@@ -108,7 +107,7 @@ def _map(paths: Sequence[str], stretch: Stretch) -> None:
     (from the page that holds its first byte)."""
     start = stretch.begin - stretch.begin % PAGE
     mapping = map_file(paths[stretch.file], start, stretch.end - start)
-    stretch.memory, stretch.mapped = mapping[stretch.begin - start :], True
+    stretch.memory = mapping[stretch.begin - start :]
 
 
 def fill(
@@ -126,7 +125,7 @@ def fill(
 
     def read(stretch: Stretch, begin: int, end: int) -> int:
         assert stretch.memory is not None
-        if stretch.mapped:
+        if cached[stretch.file]:  # mapped: its pages are faulted in, not read
             populate(stretch.memory[begin - stretch.begin : end - stretch.begin])
             return end - begin
         destination = stretch.memory[
