@@ -704,3 +704,31 @@ def test_io_benchmark_fio_knobs_match_fios_own_job(tmp_path, pyinit_bin, knobs, 
         )
         if knobs[1] == "randread":
             assert disk["read_merges"] <= disk["read_ios"] // 100
+
+
+def test_map_file_refuses_bad_ranges_and_paths_by_name(tmp_path):
+    from pyinit.io import map_file, populate
+
+    path = tmp_path / "data"
+    path.write_bytes(bytes(range(256)) * 40)  # 10,240 bytes: two pages and a half
+    mapped = map_file(str(path), 4096, 6144)
+    populate(mapped[100:])
+    assert mapped[:3].tolist() == [0, 1, 2] and mapped.flags.writeable
+    mapped[0] = 99  # private: the file keeps its byte
+    assert path.read_bytes()[4096] == 0
+    for offset, length in ((100, 10), (0, 0)):
+        with pytest.raises(ValueError, match="multiple of the page size"):
+            map_file(str(path), offset, length)
+    with pytest.raises(ValueError, match="offset must be from 0"):
+        map_file(str(path), -4096, 10)
+    with pytest.raises(OSError, match=r"map bytes 8192 to 12288 \(past the file's end\)") as past:
+        map_file(str(path), 8192, 4096)
+    assert past.value.errno == errno.ENODATA and past.value.filename == str(path)
+    with pytest.raises(FileNotFoundError) as missing:
+        map_file(str(tmp_path / "gone"), 0, 1)
+    assert missing.value.filename == str(tmp_path / "gone")
+    with pytest.raises(OSError, match="map: No such device") as folder:  # not a file to map
+        map_file(str(tmp_path), 0, 1)
+    assert folder.value.errno == errno.ENODEV and folder.value.filename == str(tmp_path)
+    with pytest.raises(ValueError, match="NUL"):
+        map_file(str(path) + "\0x", 0, 1)
