@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import socket
-import stat
 import struct
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -19,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pyinit import private_folder
 from pyinit.errors import InputError
 
 FOLDER_ENV = "PYINIT_WARM_DIR"  # another folder than the user's default
@@ -47,6 +47,10 @@ IMPORT_TIME_NAMES = frozenset({"LANG", "LANGUAGE", "TORCH_LOGS", "TORCH_CPP_LOG_
 # module may look PWD up as it loads, TERM for colours): never compared.
 PER_LAUNCH_PREFIXES = ("PYINIT_",)
 PER_COMMAND_NAMES = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "TERM"})
+# Where bytecode is read from, never what a module does (Python checks it
+# against its source): pyinit sets it once its cache is ready (pyinit.bytecode),
+# which may be after the warm interpreter started.
+WHERE_ONLY_NAMES = frozenset({"PYTHONPYCACHEPREFIX"})
 
 
 def import_time(name: str) -> bool:
@@ -72,27 +76,9 @@ def folder(environ: Mapping[str, str] = os.environ) -> Path:
 
 
 def checked_folder(path: Path, create: bool) -> Path | None:
-    """`path` when it is a folder of this user's that nobody else may enter
-    (created 0700 when asked and missing); None when it is missing.
-    PermissionError naming it otherwise: another user's folder, or a mode
-    that lets others in, is where someone else could put a socket."""
-    if create:
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(path, 0o700)
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    if not stat.S_ISDIR(info.st_mode):
-        why = "not a folder"
-    elif info.st_uid != os.geteuid():
-        why = f"owned by uid {info.st_uid}, not {os.geteuid()}"
-    elif info.st_mode & 0o077:
-        why = f"mode {stat.S_IMODE(info.st_mode):04o} lets others in (0700 wanted)"
-    else:
-        return path
-    raise PermissionError(errno.EACCES, f"the warm interpreter's folder is refused: {why}",
-                          str(path))  # fmt: skip
+    """`path` when it is this user's private folder, None when missing;
+    PermissionError naming it otherwise (see pyinit.private_folder)."""
+    return private_folder.checked(path, create, "the warm interpreter's folder")
 
 
 def socket_error(error: OSError, operation: str, path: Path) -> OSError:
@@ -254,7 +240,7 @@ class Identity:
                 return f"another {what} here than the warm interpreter's"
         names = set(self.import_env) | {k for k in environ if import_time(k)} | read_at_import
         for name in sorted(names):
-            if name.startswith(PER_LAUNCH_PREFIXES) or name in PER_COMMAND_NAMES:
+            if name.startswith(PER_LAUNCH_PREFIXES) or name in PER_COMMAND_NAMES | WHERE_ONLY_NAMES:
                 continue
             mine, theirs = self.import_env.get(name), environ.get(name)
             if mine != theirs:
