@@ -10,6 +10,7 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from pyinit import bytecode
 from pyinit.errors import (
     COMMAND_STATUSES,
     EXIT_FAILURE,
@@ -179,6 +180,11 @@ def build_parser(argv: list[str]) -> tuple[_Parser, _Parser | None]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    try:
+        cache = bytecode.use()  # before any import it could serve
+    except InputError as e:
+        print(f"pyinit: {printable(str(e))}", file=sys.stderr)
+        return EXIT_USAGE
     if (
         nvml_backend is None
         and _first_word(argv, COMMANDS) == "check"
@@ -195,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         args.nvml_backend = nvml_backend
         status = args.handler(args)
         sys.stdout.flush()
+        if cache is not None:
+            bytecode.fill_missing()
         return status
     except KeyboardInterrupt:
         print("pyinit: interrupted", file=sys.stderr)

@@ -31,6 +31,8 @@ def private_warm_folder(tmp_path_factory) -> Iterator[Path]:
     os.environ["PYINIT_WARM_DIR"] = str(folder)
     # A run leaves a warm interpreter behind by default: tests that want one say so.
     os.environ["PYINIT_WARM"] = "off"
+    # Nor a bytecode cache in the user's home (tests/test_bytecode.py gives its own).
+    os.environ["PYINIT_BYTECODE_CACHE"] = "off"
     yield folder
     subprocess.run([str(BIN_DIR / "pyinit"), "warm", "stop"], capture_output=True, timeout=60)
 

@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pyinit import bytecode
 from pyinit.jsonfile import write_json
 from pyinit.run.preload import (
     COMPILE_PRELOADS,
@@ -97,11 +98,17 @@ def main(argv: list[str] | None = None, started: float | None = None) -> None:
         log.phase("agent import torch", start, imported, preloaded=preloaded)
         log.phase("agent preload", imported, boottime(), modules=list(preloads), imported=new)
         log.close()
+    # What this agent imported, kept for the next cold start where the
+    # environment has no bytecode of its own (pyinit.bytecode); a warm
+    # interpreter's fork leaves it to the warm interpreter.
+    filler = None if preloaded else bytecode.fill_later()
     try:
         torchrun.main(argv)
     except ChildFailedError as failed:
         record_failures(failed)
         raise
+    finally:
+        bytecode.end(filler)
 
 
 def time_restarts(status_dir: Path, node: int) -> None:

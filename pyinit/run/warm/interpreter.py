@@ -12,8 +12,9 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from pyinit import bytecode
 from pyinit.run.preload import (
     COMPILE_PRELOADS,
     DEFAULT_PRELOADS,
@@ -24,6 +25,9 @@ from pyinit.run.preload import (
 )
 from pyinit.run.warm import protocol
 from pyinit.runlog.events import boottime, process_start
+
+if TYPE_CHECKING:
+    import subprocess
 
 
 @dataclass
@@ -60,6 +64,7 @@ class Warm:
         self.read_at_import: frozenset[str] = frozenset()
         self.files: dict[str, tuple[int, int, int]] = {}
         self.imported = (process_start(), 0.0)  # CLOCK_BOOTTIME: the start, and ready
+        self.filler: subprocess.Popen[bytes] | None = None  # pyinit.bytecode's, after the imports
 
     def load(self) -> None:
         """The preloads, the agent's own imports, and a record of each file."""
@@ -93,6 +98,8 @@ class Warm:
                                     if protocol.import_time(k) or k in seen}  # fmt: skip
         self.set_by_import = {k: v for k, v in os.environ.items() if self.start_env.get(k) != v}
         self.files = loaded_files()
+        if not self.deferred and self.filler is None:  # all imported: kept for the next start
+            self.filler = bytecode.fill_later()
 
     def difference(self, request: dict[str, Any]) -> str:
         """Why this launch cannot be served here ("" when it can)."""

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pyinit import bytecode
 from pyinit.run.preload import (
     PreloadError,
     fork_unsafe,
@@ -327,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         _unlink_if_ours(path, listener)
         listener.close()
+        bytecode.end(warm.filler)
     return 0
 
 

@@ -1,0 +1,198 @@
+"""The bytecode cache (pyinit.bytecode): where an environment has no
+bytecode and Python may not write it, a launch's imports are kept in a
+folder of the user's, and later processes read them from there, never stale.
+
+Whether Python read a module's bytecode or compiled its source is told by a
+source changed after the bytecode was written, with its size and time put
+back: the bytecode still answers with the old value. That is what Python's
+own check (time and size) lets through, and it is the only trace a read
+leaves."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import BIN_DIR
+
+from pyinit import bytecode
+from pyinit.errors import InputError
+
+PYINIT = str(BIN_DIR / "pyinit")
+TAG = sys.implementation.cache_tag
+
+
+def package(root: Path) -> Path:
+    """A package with no bytecode: ``nobc`` with a submodule."""
+    folder = root / "nobc"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text("VALUE = 1\n")
+    (folder / "part.py").write_text("PART = 'a'\n")
+    return folder
+
+
+def swapped_keeping_time_and_size(path: Path, old: str, new: str) -> None:
+    """`path` now says `new` where it said `old`, of the same length, with
+    the same modification time: only bytecode written before keeps `old`."""
+    assert len(old) == len(new)
+    info = path.stat()
+    path.write_text(path.read_text().replace(old, new))
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+
+
+def environment(tmp_path: Path, cache: Path, **extra: str) -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), PYTHONDONTWRITEBYTECODE="1",
+               PYINIT_BYTECODE_CACHE=str(cache), **extra)  # fmt: skip
+    env.pop(bytecode.PREFIX_ENV, None)
+    return env
+
+
+def python(env: dict[str, str], code: str) -> str:
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+FILL = """
+import sys, time
+import nobc, nobc.part
+from pyinit import bytecode
+filler = bytecode.fill_later({"nobc": nobc, "nobc.part": nobc.part})
+print(filler is not None)
+if filler is not None:
+    mark = bytecode.ready_mark(bytecode.folder())
+    deadline = time.monotonic() + 60
+    while not mark.exists() and filler.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    bytecode.end(filler)
+"""
+
+
+def test_a_launch_s_imports_are_kept_and_read_back_never_stale(tmp_path):
+    source = package(tmp_path)
+    cache = tmp_path / "cache"
+    env = environment(tmp_path, cache)
+    assert python(env, FILL) == "True"
+    assert not (source / "__pycache__").exists()  # nothing beside the sources
+    assert cache.stat().st_mode & 0o777 == 0o700
+    assert bytecode.ready_mark(cache).exists()
+    assert Path(f"{cache}{source}/__init__.{TAG}.pyc").exists()  # the prefix's own layout
+    swapped_keeping_time_and_size(source / "__init__.py", "VALUE = 1", "VALUE = 2")
+    show = "import nobc, nobc.part; print(nobc.VALUE, nobc.part.PART)"
+    with_cache = dict(env, PYTHONPYCACHEPREFIX=str(cache))
+    assert python(with_cache, show) == "1 a"  # read from the cache
+    assert python(env, show) == "2 a"  # compiled from the source
+    # An edit Python can see (another size or second) is compiled again, never run stale.
+    (source / "part.py").write_text("PART = 'bb'\n")
+    assert python(with_cache, show) == "1 bb"
+
+
+def test_nothing_is_kept_where_the_sources_have_their_own_bytecode(tmp_path):
+    source = package(tmp_path)
+    env = environment(tmp_path, tmp_path / "cache")
+    python(dict(env, PYTHONDONTWRITEBYTECODE=""), "import nobc.part")  # written beside them
+    assert (source / "__pycache__").is_dir()
+    assert python(env, FILL) == "False"
+    assert not (tmp_path / "cache").exists()
+    assert python(dict(env, PYINIT_BYTECODE_CACHE="off"), FILL) == "False"
+
+
+def test_the_filler_copies_bytecode_a_source_has_and_compiles_the_rest(tmp_path):
+    source = package(tmp_path)
+    import py_compile
+
+    timestamp = py_compile.PycInvalidationMode.TIMESTAMP
+    own = py_compile.compile(str(source / "part.py"), doraise=True, invalidation_mode=timestamp)
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    walked = [str(source / "__init__.py"), str(source / "part.py")]
+    assert list(bytecode.walk(str(tmp_path / "nobc"))) == walked
+    order = json.dumps({"imported": walked[1:], "packages": [str(source)]})
+    done = subprocess.run([sys.executable, "-m", "pyinit.bytecode", str(cache)], input=order,
+                          text=True, capture_output=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    assert Path(f"{cache}{source}/part.{TAG}.pyc").read_bytes() == Path(own).read_bytes()
+    assert Path(f"{cache}{source}/__init__.{TAG}.pyc").exists()  # compiled from the walk
+    assert bytecode.ready_mark(cache).exists()
+
+
+def test_every_command_uses_a_ready_cache_and_leaves_the_user_s_own_alone(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+    env = {"PYINIT_BYTECODE_CACHE": str(cache)}
+    assert bytecode.use(env) is None  # nothing kept yet
+    bytecode.ready_mark(cache).parent.mkdir(parents=True)
+    bytecode.ready_mark(cache).touch()
+    cache.chmod(0o700)
+    assert bytecode.use(dict(env, PYTHONPYCACHEPREFIX="/elsewhere")) is None
+    assert sys.pycache_prefix is None
+    assert bytecode.use(env) == cache
+    assert sys.pycache_prefix == env["PYTHONPYCACHEPREFIX"] == str(cache)
+
+
+def test_a_cache_others_could_write_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    cache = tmp_path / "cache"
+    bytecode.ready_mark(cache).parent.mkdir(parents=True)
+    bytecode.ready_mark(cache).touch()
+    cache.chmod(0o777)
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+    assert bytecode.use({"PYINIT_BYTECODE_CACHE": str(cache)}) is None
+    assert sys.pycache_prefix is None
+    assert capsys.readouterr().err == (
+        f"pyinit: {cache}: the bytecode cache is refused: mode 0777 lets others in (0700 "
+        "wanted); compiling from source\n")  # fmt: skip
+
+
+def test_where_the_cache_is(monkeypatch):
+    assert bytecode.folder({"HOME": "/home/u"}) == Path("/home/u/.cache/pyinit/bytecode")
+    assert bytecode.folder({"HOME": "/home/u", "XDG_CACHE_HOME": "/c"}) == Path(
+        "/c/pyinit/bytecode"
+    )
+    assert bytecode.folder({"XDG_CACHE_HOME": "rel"}) is None  # XDG: ignored
+    assert bytecode.folder({"PYINIT_BYTECODE_CACHE": "off", "HOME": "/h"}) is None
+    with pytest.raises(InputError, match="PYINIT_BYTECODE_CACHE='rel' is not an absolute path"):
+        bytecode.folder({"PYINIT_BYTECODE_CACHE": "rel"})
+    done = subprocess.run([PYINIT, "topo", "--help"], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PYINIT_BYTECODE_CACHE="rel"))  # fmt: skip
+    assert (done.returncode, done.stderr) == (2, "pyinit: PYINIT_BYTECODE_CACHE='rel' is not an "
+                                              "absolute path (a folder, or off)\n")  # fmt: skip
+
+
+SHOW = """
+import os, sys, time
+from pathlib import Path
+import nobc
+from pyinit import bytecode
+mark = bytecode.ready_mark(bytecode.folder())
+deadline = time.monotonic() + 90
+while not mark.exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+print(f"value {nobc.VALUE} ready {mark.exists()} prefix {os.environ.get('PYTHONPYCACHEPREFIX')}")
+"""
+
+
+@pytest.mark.slow
+def test_a_cold_agent_keeps_its_imports_for_the_next_launch(tmp_path):
+    """The agent's filler writes what it imported (the preload among it)
+    while the script runs; the next launch's agent reads it from there."""
+    source = package(tmp_path)
+    cache = tmp_path / "cache"
+    script = tmp_path / "show.py"
+    script.write_text(SHOW)
+    env = environment(tmp_path, cache)
+
+    def launch(name: str) -> str:
+        done = subprocess.run([PYINIT, "run", "--cold", "--nproc-per-node", "1", "--preload",
+                               "nobc", "--run-dir", str(tmp_path / name), "--", str(script)],
+                              env=env, capture_output=True, text=True, timeout=240)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout.strip().splitlines()[-1]
+
+    assert launch("first") == "value 1 ready True prefix None"
+    swapped_keeping_time_and_size(source / "__init__.py", "VALUE = 1", "VALUE = 2")
+    assert launch("second") == f"value 1 ready True prefix {cache}"
