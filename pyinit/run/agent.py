@@ -51,6 +51,9 @@ TERMINAL_FD_ENV = "PYINIT_TERMINAL_FD"  # the terminal, in an agent whose fd 2 i
 # agent, and a CUDA-initialised parent cannot fork workers that use CUDA. The
 # workers inherit it; their availability check then asks NVML, as torch documents.
 FORK_SAFE_CUDA_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
+# What the agent's environment holds unless the user set it: a warm
+# interpreter, which imports as the agent would, starts with the same.
+AGENT_ENV_DEFAULTS = {FORK_SAFE_CUDA_CHECK: "1"}
 
 
 def main(argv: list[str] | None = None, started: float | None = None) -> None:
@@ -61,7 +64,8 @@ def main(argv: list[str] | None = None, started: float | None = None) -> None:
     preloads: tuple[str, ...] = ()  # pyinit run's list when the workers are forked
     if argv[:1] and argv[0].startswith(PRELOAD_OPTION):
         preloads = parse(argv.pop(0)[len(PRELOAD_OPTION) :])
-    os.environ.setdefault(FORK_SAFE_CUDA_CHECK, "1")
+    for name, value in AGENT_ENV_DEFAULTS.items():
+        os.environ.setdefault(name, value)
     folder = os.environ.get(RUN_DIR_ENV)
     if folder:
         # Before torch is imported: its loggers' handlers take sys.stderr as it is

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyinit import bytecode
+from pyinit.run.agent import AGENT_ENV_DEFAULTS
 from pyinit.run.preload import (
     COMPILE_PRELOADS,
     DEFAULT_PRELOADS,
@@ -106,8 +107,9 @@ class Warm:
         missing = [m for m in request.get("preloads", []) if m not in self.preloads]
         if missing:
             return f"the warm interpreter has not preloaded {', '.join(missing)}"
-        why = self.identity.difference(request.get("identity", {}), request.get("env", {}),
-                                       self.read_at_import)  # fmt: skip
+        # As the launch's agent would import: with its defaults where the user set none.
+        environ = {**AGENT_ENV_DEFAULTS, **request.get("env", {})}
+        why = self.identity.difference(request.get("identity", {}), environ, self.read_at_import)
         if why:
             return why
         for name, (_soft, hard) in request.get("limits", {}).items():

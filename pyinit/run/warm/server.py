@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from pyinit import bytecode
+from pyinit.run.agent import AGENT_ENV_DEFAULTS
 from pyinit.run.preload import (
     PreloadError,
     fork_unsafe,
@@ -291,8 +292,8 @@ def main(argv: list[str] | None = None) -> int:
                 ready.write(line + "\n")
                 ready.flush()
 
-    # The agent's own switch (see pyinit.run.agent): torch's CUDA check asks NVML.
-    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    for name, value in AGENT_ENV_DEFAULTS.items():  # torch's CUDA check asks NVML
+        os.environ.setdefault(name, value)
     warm = Warm(parse(args.preload), args.idle_timeout, args.defer_compile_preloads)
     try:
         path = protocol.checked_folder(protocol.folder(), create=True) / protocol.SOCKET_NAME
