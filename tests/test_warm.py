@@ -685,3 +685,14 @@ def test_a_venv_s_python_and_python3_are_one_interpreter(tmp_path):
 
     ours = Identity(**identity(here))
     assert ours.difference(identity(other), {}, frozenset()) == ""
+
+
+def test_environment_reads_are_recorded_as_names_whatever_the_key_s_type():
+    from pyinit.run.warm import protocol
+
+    with protocol.recording_environ_reads() as seen:
+        os.get_exec_path()  # asks os.environ for b"PATH", as every subprocess start does
+        os.environ.get("PYINIT_NO_SUCH_NAME")
+        os.environb.get(b"PYINIT_NO_SUCH_BYTES")
+    assert {"PATH", "PYINIT_NO_SUCH_NAME", "PYINIT_NO_SUCH_BYTES"} <= seen
+    assert all(isinstance(name, str) for name in seen)

@@ -287,18 +287,26 @@ def agent_sys_path() -> list[str]:
     return list(sys.path) if sys.flags.safe_path else list(sys.path[1:])
 
 
+# The mapping methods that look one name up (os.environ.get, `in`), unlike
+# its views, whose walks look every name up.
+ASKING = frozenset({"get", "__contains__", "setdefault", "pop"})
+
+
 @contextlib.contextmanager
 def recording_environ_reads() -> Iterator[set[str]]:
-    """The names Python code looks up in os.environ inside the block (not
-    those it meets walking the whole mapping, as tqdm does for its prefix)."""
+    """The names Python code looks up in os.environ or os.environb inside the
+    block (not those it meets walking the whole mapping, as tqdm does for its
+    prefix), as text: os.get_exec_path, which every subprocess start calls,
+    asks os.environ for b"PATH" too."""
     seen: set[str] = set()
     environ_type = type(os.environ)
     lookup = environ_type.__getitem__
 
-    def recorded(self: Any, key: str) -> Any:
-        caller = sys._getframe(1).f_code.co_filename
-        if "_collections_abc" not in caller:
-            seen.add(key)
+    def recorded(self: Any, key: Any) -> Any:
+        caller = sys._getframe(1).f_code
+        asked = "_collections_abc" not in caller.co_filename or caller.co_name in ASKING
+        if asked and isinstance(key, (str, bytes)):
+            seen.add(os.fsdecode(key))
         return lookup(self, key)
 
     environ_type.__getitem__ = recorded  # type: ignore[method-assign]
