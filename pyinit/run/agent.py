@@ -29,11 +29,11 @@ from typing import Any
 from pyinit import bytecode
 from pyinit.jsonfile import write_json
 from pyinit.run.preload import (
-    COMPILE_PRELOADS,
     PreloadError,
     collector_paused,
     fork_unsafe,
     import_all,
+    import_compile_set,
     parse,
 )
 from pyinit.runlog.events import RUN_DIR_ENV, EventLog, boottime, process_start
@@ -168,7 +168,8 @@ def time_restarts(status_dir: Path, node: int) -> None:
 
 def preload_compile_for_restarts(status_dir: Path) -> None:
     """Once a worker has called torch.compile (its wrapper leaves
-    COMPILED_MARK), imports what a compiled step needs (COMPILE_PRELOADS) in
+    COMPILED_MARK), imports what a compiled step needs (COMPILE_PRELOADS, and
+    pyinit.run.preload.compute_compile_caches) in
     a thread, while the workers train: a restarted group, forked from here,
     then has it imported, instead of importing it in every new worker before
     its first compiled step (4 s on an H200 host). The thread is joined
@@ -184,7 +185,7 @@ def preload_compile_for_restarts(status_dir: Path) -> None:
 
     def import_quietly() -> None:
         with contextlib.suppress(PreloadError):  # a worker that compiles imports it itself
-            import_all(COMPILE_PRELOADS)
+            import_compile_set()
 
     monitor = LocalElasticAgent._monitor_workers
 

@@ -47,6 +47,32 @@ COMPILE_PRELOADS = (
 )  # fmt: skip
 
 
+def import_compile_set() -> None:
+    """COMPILE_PRELOADS imported, then what a first compiled step computes
+    once per process (compute_compile_caches). PreloadError as import_all."""
+    import_all(COMPILE_PRELOADS)
+    compute_compile_caches()
+
+
+def compute_compile_caches() -> None:
+    """What the first compiled step of every process computes for itself,
+    computed here once, so that every process forked from here has it:
+    inductor's hash of torch's own source files (``torch_key``, part of
+    every cache key: 0.15-0.2 s on the 2-core VM) and the check of which
+    vector instructions the CPU's C++ kernels may use (``valid_vec_isa_list``:
+    it builds and loads a probe program for each, in subprocesses, 1.2-1.8 s
+    there). Neither initialises CUDA or leaves a thread. Where one fails (no
+    C++ compiler, another torch), each compiling process computes it itself."""
+    with contextlib.suppress(Exception):
+        from torch._inductor import codecache
+
+        codecache.torch_key()
+    with contextlib.suppress(Exception):
+        from torch._inductor import cpu_vec_isa
+
+        cpu_vec_isa.valid_vec_isa_list()
+
+
 def parse(text: str) -> tuple[str, ...]:
     """--preload's MOD[,MOD...]: the names, checked for shape."""
     names = tuple(word.strip() for word in text.split(",") if word.strip())

@@ -21,8 +21,10 @@ from pyinit.run.preload import (
     DEFAULT_PRELOADS,
     PreloadError,
     collector_paused,
+    compute_compile_caches,
     fork_unsafe,
     import_all,
+    import_compile_set,
 )
 from pyinit.run.warm import protocol
 from pyinit.runlog.events import boottime, process_start
@@ -73,7 +75,8 @@ class Warm:
             import_all(self.preloads)
             import_all(("torch.distributed.run", "pyinit.run.agent", "pyinit.run.store",
                         "pyinit.run.wrapper"))  # fmt: skip
-            import_all(() if self.deferred else COMPILE_PRELOADS)
+            if not self.deferred:
+                import_compile_set()
         self._imported(seen)
         self.imported = (self.imported[0], boottime())
 
@@ -87,6 +90,8 @@ class Warm:
                 import_all((name,))
             except PreloadError as error:
                 say(f"{error} (left to the scripts that compile)")
+            if not self.deferred:
+                compute_compile_caches()
         self._imported(seen | self.read_at_import)
         return fork_unsafe()
 
