@@ -169,3 +169,49 @@ def test_a_compile_cache_others_may_write_is_refused(tmp_path):
     said.clear()
     load_portable(tmp_path / "absent.bin", lambda kind, **fields: said.append(fields))
     assert said == []
+
+
+# The outermost module compiled, or compiled inside DDP; --own-hook: the
+# script registers a global module hook of its own.
+OUTERMOST = """
+import sys
+import torch, torch.distributed as dist
+from torch._dynamo.utils import counters
+dist.init_process_group("gloo")
+net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+if "--own-hook" in sys.argv:
+    torch.nn.modules.module.register_module_forward_hook(lambda *args: None)
+model = torch.compile(net)
+if "--ddp" in sys.argv:
+    model = torch.nn.parallel.DistributedDataParallel(model)
+model(torch.randn(4, 8)).sum().backward()
+print("graphs", counters["stats"]["unique_graphs"], "breaks", sum(counters["graph_break"].values()))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("wrapped", ["outermost", "in DDP"])
+def test_the_first_forward_is_timed_without_a_hook_dynamo_would_trace(tmp_path, wrapped):
+    """The first forward's timing leaves nothing in the compiled region:
+    one graph, no graph break, and none of torch's warning about global
+    hooks, which is still said for a script's own global hook."""
+    script = tmp_path / "outermost.py"
+    script.write_text(OUTERMOST)
+    extra = ["--ddp"] if wrapped == "in DDP" else []
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
+
+    def run(name: str, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([PYINIT, "run", "--cold", "--nproc-per-node", "1", "--run-dir",
+                               str(tmp_path / name), "--", str(script), *extra, *args], env=env,
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
+
+    result = run("plain")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[-1] == "graphs 1 breaks 0"
+    assert "global hooks" not in result.stderr
+    names = [e["name"] for e in events(tmp_path / "plain") if e["event"] == "phase"]
+    assert names.count("first forward") == 1 and "compile: dynamo" in names
+    own = run("own", "--own-hook")
+    assert own.returncode == 0, own.stderr[-3000:]
+    assert "when there are global hooks on modules" in own.stderr

@@ -73,6 +73,23 @@ def _autotuning(name: str) -> bool:
     return "autotun" in name or "benchmark_all_configs" in name or "template_precompiling" in name
 
 
+def once_dynamo_is_imported(torch: Any, action: Callable[[], None]) -> None:
+    """`action` now if dynamo is imported already (as in a worker forked with
+    the preloads), else at the script's first torch.compile, before it runs."""
+    if "torch._dynamo" in sys.modules:
+        action()
+        return
+    compile_ = torch.compile
+
+    @functools.wraps(compile_)
+    def compile_then(*args: Any, **kwargs: Any) -> Any:
+        torch.compile = compile_
+        action()
+        return compile_(*args, **kwargs)
+
+    torch.compile = compile_then
+
+
 class CompileMarks:
     """The compiles of one worker, written through `phase(name, start, end,
     **fields)` and `event(kind, **fields)`."""
@@ -90,23 +107,6 @@ class CompileMarks:
         self.began = 0.0
         self.at_start: dict[str, float] = {}
         self.at_install: dict[str, float] = {}
-
-    def wrap(self, torch: Any) -> None:
-        """Registers the callbacks at the script's first torch.compile (and at
-        once if dynamo is imported already, as it is in a worker forked with
-        the preloads)."""
-        if "torch._dynamo" in sys.modules:
-            self.install()
-            return
-        compile_ = torch.compile
-
-        @functools.wraps(compile_)
-        def compile_marked(*args: Any, **kwargs: Any) -> Any:
-            torch.compile = compile_
-            self.install()
-            return compile_(*args, **kwargs)
-
-        torch.compile = compile_marked
 
     def install(self) -> None:
         if self.installed:

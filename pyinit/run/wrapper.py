@@ -35,6 +35,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,12 @@ from pyinit.jsonfile import write_json
 from pyinit.phases import install as install_phases
 from pyinit.phases import phase
 from pyinit.run.agent import COMPILED_MARK, TERMINAL_FD_ENV
-from pyinit.run.compiles import COMPILE_CACHE_ENV, CompileMarks, load_portable
+from pyinit.run.compiles import (
+    COMPILE_CACHE_ENV,
+    CompileMarks,
+    load_portable,
+    once_dynamo_is_imported,
+)
 from pyinit.run.preload import COMPILE_PRELOADS
 from pyinit.run.store import FD_ENV as STORE_FD_ENV
 from pyinit.runlog.events import EventLog, boottime, process_start
@@ -200,7 +206,7 @@ class Marks:
         dist.destroy_process_group = keep_destroyed_groups(dist, self.destroyed_groups)
 
         self._time_first_step(torch)
-        self.compiles.wrap(torch)
+        once_dynamo_is_imported(torch, self.compiles.install)
 
         def after_step(_optimizer: Any, _args: Any, _kwargs: Any) -> None:
             self.progress.step()
@@ -236,29 +242,50 @@ class Marks:
         from torch.nn.modules import module
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-        depth = 0
-        began = 0.0
-        hooks: list[Any] = []
+        # The first outermost module call is found by a global hook that goes at
+        # once: left in place, torch.compile would trace it into every submodule
+        # call of that forward, and warn that it is there.
+        first_call: list[Any] = []  # the global hook, then nothing once it has fired
+        restore: list[Callable[[], None]] = []
 
-        def before_forward(_module: Any, _args: Any) -> None:
-            nonlocal depth, began
-            if depth == 0:
-                began = boottime()
-                if not self.step_began:
-                    self.phase("script setup", self.ready, began)
-                    self.step_began = began
-            depth += 1
+        def forward_began(outermost: Any) -> None:
+            for hook in first_call:
+                hook.remove()
+            first_call.clear()
+            for undo in restore:
+                undo()
+            began = boottime()
+            if not self.step_began:
+                self.phase("script setup", self.ready, began)
+                self.step_began = began
 
-        def after_forward(_module: Any, _args: Any, _result: Any) -> None:
-            nonlocal depth
-            depth -= 1
-            if depth == 0:
+            def forward_ended(_module: Any, _args: Any, _result: Any) -> None:
+                ended.remove()
                 self.phase("first forward", began, boottime())
-                for hook in hooks:  # a global hook slows every module call after this
-                    hook.remove()
 
-        hooks.append(module.register_module_forward_pre_hook(before_forward))
-        hooks.append(module.register_module_forward_hook(after_forward, always_call=True))
+            ended = outermost.register_forward_hook(forward_ended, always_call=True)
+
+        first_call.append(module.register_module_forward_pre_hook(
+            lambda outermost, _args: forward_began(outermost)))  # fmt: skip
+
+        def ahead_of_compiled_modules() -> None:
+            """A compiled module called first looks for global hooks before
+            its own hooks run: it is the outermost, and the hook goes first."""
+            if not first_call:  # a module was called before the first torch.compile
+                return
+            from torch._dynamo.eval_frame import OptimizedModule
+
+            compiled_call = OptimizedModule.__call__
+
+            def first_compiled_call(compiled: Any, *args: Any, **kwargs: Any) -> Any:
+                if first_call:
+                    forward_began(compiled)
+                return compiled_call(compiled, *args, **kwargs)
+
+            OptimizedModule.__call__ = first_compiled_call
+            restore.append(lambda: setattr(OptimizedModule, "__call__", compiled_call))
+
+        once_dynamo_is_imported(torch, ahead_of_compiled_modules)
         backward = torch.autograd.backward
 
         # Tensor.backward calls torch.autograd.backward by name.
