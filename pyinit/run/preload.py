@@ -54,7 +54,7 @@ def import_compile_set() -> None:
     compute_compile_caches()
 
 
-def compute_compile_caches() -> None:
+def compute_compile_caches(probe_cpu: bool = True) -> None:
     """What the first compiled step of every process computes for itself,
     computed here once, so that every process forked from here has it:
     inductor's hash of torch's own source files (``torch_key``, part of
@@ -62,11 +62,15 @@ def compute_compile_caches() -> None:
     vector instructions the CPU's C++ kernels may use (``valid_vec_isa_list``:
     it builds and loads a probe program for each, in subprocesses, 1.2-1.8 s
     there). Neither initialises CUDA or leaves a thread. Where one fails (no
-    C++ compiler, another torch), each compiling process computes it itself."""
+    C++ compiler, another torch), each compiling process computes it itself.
+    Without `probe_cpu`, the probe is left to the compiling processes: its
+    subprocesses would hold up a launch that came meanwhile."""
     with contextlib.suppress(Exception):
         from torch._inductor import codecache
 
         codecache.torch_key()
+    if not probe_cpu:
+        return
     with contextlib.suppress(Exception):
         from torch._inductor import cpu_vec_isa
 

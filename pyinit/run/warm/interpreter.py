@@ -90,8 +90,8 @@ class Warm:
                 import_all((name,))
             except PreloadError as error:
                 say(f"{error} (left to the scripts that compile)")
-            if not self.deferred:
-                compute_compile_caches()
+            if not self.deferred:  # a launch may come at any moment: no CPU probe
+                compute_compile_caches(probe_cpu=False)
         self._imported(seen | self.read_at_import)
         return fork_unsafe()
 
