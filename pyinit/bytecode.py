@@ -59,6 +59,10 @@ READY_NAME = f"pyinit-ready.{sys.implementation.cache_tag}"
 # Test suites are never imported by a training job.
 SKIPPED_FOLDERS = frozenset({"__pycache__", "site-packages", "dist-packages", "test", "tests"})
 PARENT_CHECK_EVERY = 64  # files between looks at whether the parent is still there
+# Imported modules without bytecode before a cache is worth keeping: a few of a
+# script's own compile in milliseconds; an environment installed without any
+# has thousands (2,500 for torch and torch._dynamo).
+WORTH_KEEPING = 100
 
 
 def folder(environ: Mapping[str, str] = os.environ) -> Path | None:
@@ -102,18 +106,20 @@ def use(environ: MutableMapping[str, str] = os.environ) -> Path | None:
 
 
 def fill_later(
-    modules: Mapping[str, ModuleType] = sys.modules, environ: Mapping[str, str] = os.environ
+    modules: Mapping[str, ModuleType] = sys.modules,
+    environ: Mapping[str, str] = os.environ,
+    worth: int = WORTH_KEEPING,
 ) -> subprocess.Popen[bytes] | None:
-    """The filler (:func:`main`) started for `modules`, when one of their
-    sources has no bytecode beside it: after an import, Python could not or
-    would not write it there. None when there is nothing to keep, or no
-    cache (off, or a folder that is refused)."""
+    """The filler (:func:`main`) started for `modules`, when at least
+    `worth` of their sources have no bytecode beside them: after an import,
+    Python could not or would not write it there. None when there is too
+    little to keep, or no cache (off, or a folder that is refused)."""
     import json
     import subprocess
     import tempfile
 
     imported = sources(modules)
-    if all(os.path.exists(beside(source)) for source in imported):
+    if sum(not os.path.exists(beside(source)) for source in imported) < worth:
         return None
     try:
         cache = folder(environ)

@@ -26,12 +26,16 @@ PYINIT = str(BIN_DIR / "pyinit")
 TAG = sys.implementation.cache_tag
 
 
-def package(root: Path) -> Path:
-    """A package with no bytecode: ``nobc`` with a submodule."""
+def package(root: Path, parts: int = 0) -> Path:
+    """A package with no bytecode: ``nobc`` with a submodule, and `parts`
+    more that its __init__ imports."""
     folder = root / "nobc"
     folder.mkdir(parents=True)
-    (folder / "__init__.py").write_text("VALUE = 1\n")
+    imports = "".join(f"from nobc import p{n}\n" for n in range(parts))
+    (folder / "__init__.py").write_text(f"{imports}VALUE = 1\n")
     (folder / "part.py").write_text("PART = 'a'\n")
+    for n in range(parts):
+        (folder / f"p{n}.py").write_text(f"N = {n}\n")
     return folder
 
 
@@ -51,9 +55,9 @@ def environment(tmp_path: Path, cache: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def python(env: dict[str, str], code: str) -> str:
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+def python(env: dict[str, str], code: str, *args: str) -> str:
+    done = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
@@ -62,7 +66,7 @@ FILL = """
 import sys, time
 import nobc, nobc.part
 from pyinit import bytecode
-filler = bytecode.fill_later({"nobc": nobc, "nobc.part": nobc.part})
+filler = bytecode.fill_later({"nobc": nobc, "nobc.part": nobc.part}, worth=int(sys.argv[1]))
 print(filler is not None)
 if filler is not None:
     mark = bytecode.ready_mark(bytecode.folder())
@@ -77,7 +81,9 @@ def test_a_launch_s_imports_are_kept_and_read_back_never_stale(tmp_path):
     source = package(tmp_path)
     cache = tmp_path / "cache"
     env = environment(tmp_path, cache)
-    assert python(env, FILL) == "True"
+    assert python(env, FILL, "3") == "False"  # two modules: not worth a cache
+    assert not cache.exists()
+    assert python(env, FILL, "2") == "True"
     assert not (source / "__pycache__").exists()  # nothing beside the sources
     assert cache.stat().st_mode & 0o777 == 0o700
     assert bytecode.ready_mark(cache).exists()
@@ -97,9 +103,10 @@ def test_nothing_is_kept_where_the_sources_have_their_own_bytecode(tmp_path):
     env = environment(tmp_path, tmp_path / "cache")
     python(dict(env, PYTHONDONTWRITEBYTECODE=""), "import nobc.part")  # written beside them
     assert (source / "__pycache__").is_dir()
-    assert python(env, FILL) == "False"
+    assert python(env, FILL, "1") == "False"
     assert not (tmp_path / "cache").exists()
-    assert python(dict(env, PYINIT_BYTECODE_CACHE="off"), FILL) == "False"
+    (source / "__pycache__" / f"part.{TAG}.pyc").unlink()
+    assert python(dict(env, PYINIT_BYTECODE_CACHE="off"), FILL, "1") == "False"
 
 
 def test_the_filler_copies_bytecode_a_source_has_and_compiles_the_rest(tmp_path):
@@ -178,9 +185,10 @@ print(f"value {nobc.VALUE} ready {mark.exists()} prefix {os.environ.get('PYTHONP
 
 @pytest.mark.slow
 def test_a_cold_agent_keeps_its_imports_for_the_next_launch(tmp_path):
-    """The agent's filler writes what it imported (the preload among it)
-    while the script runs; the next launch's agent reads it from there."""
-    source = package(tmp_path)
+    """The agent's filler writes what it imported (the preload among it,
+    enough modules to be worth a cache) while the script runs; the next
+    launch's agent reads it from there."""
+    source = package(tmp_path, parts=bytecode.WORTH_KEEPING)
     cache = tmp_path / "cache"
     script = tmp_path / "show.py"
     script.write_text(SHOW)
