@@ -288,16 +288,28 @@ def fill(cache: Path, imported: Iterable[str], roots: Iterable[str], parent: int
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m pyinit.bytecode CACHE`` with the JSON of fill_later on stdin."""
+    """``python -m pyinit.bytecode CACHE`` with the JSON of fill_later on
+    stdin: {"imported": [FILE...], "packages": [FOLDER or FILE...]}."""
     import json
 
     argv = sys.argv[1:] if argv is None else argv
     parent = os.getppid()
+    if len(argv) != 1 or not os.path.isabs(argv[0]):
+        print("usage: python -m pyinit.bytecode CACHE (an absolute path), the files on stdin "
+              "as fill_later writes them", file=sys.stderr)  # fmt: skip
+        return 2
+    try:
+        order = json.load(sys.stdin)
+        imported, roots = order["imported"], order["packages"]
+        if not all(isinstance(p, str) for p in (*imported, *roots)):
+            raise TypeError("a path that is not a string")
+    except (ValueError, KeyError, TypeError) as error:
+        print(f"pyinit.bytecode: stdin: not a fill order ({error})", file=sys.stderr)
+        return 2
     # Only the time no other process wants: a training job's never waits for this.
     with contextlib.suppress(OSError, AttributeError):
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    order = json.load(sys.stdin)
-    fill(Path(argv[0]), order["imported"], order["packages"], parent)
+    fill(Path(argv[0]), imported, roots, parent)
     return 0
 
 

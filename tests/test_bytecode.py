@@ -204,3 +204,18 @@ def test_a_cold_agent_keeps_its_imports_for_the_next_launch(tmp_path):
     assert launch("first") == "value 1 ready True prefix None"
     swapped_keeping_time_and_size(source / "__init__.py", "VALUE = 1", "VALUE = 2")
     assert launch("second") == f"value 1 ready True prefix {cache}"
+
+
+@pytest.mark.parametrize(("args", "stdin", "said"), [
+    ([], "", "usage: python -m pyinit.bytecode CACHE"),
+    (["relative"], "", "usage: python -m pyinit.bytecode CACHE"),
+    (["/tmp/c"], "not json", "pyinit.bytecode: stdin: not a fill order"),
+    (["/tmp/c"], '{"imported": []}', "pyinit.bytecode: stdin: not a fill order ('packages')"),
+    (["/tmp/c"], '{"imported": [1], "packages": []}', "pyinit.bytecode: stdin: not a fill order"),
+    (["/tmp/c"], "[]", "pyinit.bytecode: stdin: not a fill order"),
+])  # fmt: skip
+def test_a_bad_fill_order_is_one_line_and_exit_2(tmp_path, args, stdin, said):
+    done = subprocess.run([sys.executable, "-m", "pyinit.bytecode", *args], input=stdin,
+                          text=True, capture_output=True, timeout=60)  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.startswith(said) and done.stderr.count("\n") == 1, done.stderr
