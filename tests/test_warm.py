@@ -696,3 +696,23 @@ def test_environment_reads_are_recorded_as_names_whatever_the_key_s_type():
         os.environb.get(b"PYINIT_NO_SUCH_BYTES")
     assert {"PATH", "PYINIT_NO_SUCH_NAME", "PYINIT_NO_SUCH_BYTES"} <= seen
     assert all(isinstance(name, str) for name in seen)
+
+
+@pytest.mark.parametrize("build", ["cpu", "cuda"])
+def test_the_compile_caches_before_a_fork_probe_the_cpu_only_for_a_cpu_torch(monkeypatch, build):
+    """torch_key always; the CPU's vector-ISA probe (fresh interpreters that
+    import torch) only for a torch whose compiled steps run on the CPU."""
+    import torch
+    from torch._inductor import codecache, cpu_vec_isa
+
+    from pyinit.run.preload import compute_compile_caches
+
+    called: list[str] = []
+    monkeypatch.setattr(codecache, "torch_key", lambda: called.append("torch_key"))
+    monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", lambda: called.append("probe"))
+    monkeypatch.setattr(torch.version, "cuda", None if build == "cpu" else "13.0")
+    compute_compile_caches()
+    assert called == (["torch_key", "probe"] if build == "cpu" else ["torch_key"])
+    called.clear()
+    compute_compile_caches(probe_cpu=False)
+    assert called == ["torch_key"]

@@ -64,12 +64,17 @@ def compute_compile_caches(probe_cpu: bool = True) -> None:
     there). Neither initialises CUDA or leaves a thread. Where one fails (no
     C++ compiler, another torch), each compiling process computes it itself.
     Without `probe_cpu`, the probe is left to the compiling processes: its
-    subprocesses would hold up a launch that came meanwhile."""
+    subprocesses would hold up a launch that came meanwhile. A torch built
+    for GPUs never probes here: its compiled steps run on the GPU, and on an
+    H200 host the probe's three fresh interpreters took 15-40 s, which a
+    restart waited for."""
+    import torch
+
     with contextlib.suppress(Exception):
         from torch._inductor import codecache
 
         codecache.torch_key()
-    if not probe_cpu:
+    if not probe_cpu or torch.version.cuda or getattr(torch.version, "hip", None):
         return
     with contextlib.suppress(Exception):
         from torch._inductor import cpu_vec_isa
