@@ -93,13 +93,16 @@ def use(environ: MutableMapping[str, str] = os.environ) -> Path | None:
     if environ.get(PREFIX_ENV) or sys.pycache_prefix is not None:
         return None
     cache = folder(environ)
-    if cache is None or not ready_mark(cache).exists():
+    if cache is None:
         return None
     try:
-        private_folder.checked(cache, create=False, what=WHAT)
+        if private_folder.checked(cache, create=False, what=WHAT) is None:
+            return None
     except PermissionError as error:
         print(f"pyinit: {error.filename}: {error.strerror}; compiling from source",
               file=sys.stderr)  # fmt: skip
+        return None
+    if not ready_mark(cache).exists():
         return None
     sys.pycache_prefix = environ[PREFIX_ENV] = str(cache)
     return cache

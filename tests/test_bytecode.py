@@ -142,10 +142,12 @@ def test_every_command_uses_a_ready_cache_and_leaves_the_user_s_own_alone(tmp_pa
     assert sys.pycache_prefix == env["PYTHONPYCACHEPREFIX"] == str(cache)
 
 
-def test_a_cache_others_could_write_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("ready", [True, False])
+def test_a_cache_others_could_write_is_refused_in_one_line(tmp_path, monkeypatch, capsys, ready):
     cache = tmp_path / "cache"
     bytecode.ready_mark(cache).parent.mkdir(parents=True)
-    bytecode.ready_mark(cache).touch()
+    if ready:
+        bytecode.ready_mark(cache).touch()
     cache.chmod(0o777)
     monkeypatch.setattr(sys, "pycache_prefix", None)
     assert bytecode.use({"PYINIT_BYTECODE_CACHE": str(cache)}) is None
@@ -153,6 +155,7 @@ def test_a_cache_others_could_write_is_refused_in_one_line(tmp_path, monkeypatch
     assert capsys.readouterr().err == (
         f"pyinit: {cache}: the bytecode cache is refused: mode 0777 lets others in (0700 "
         "wanted); compiling from source\n")  # fmt: skip
+    assert bytecode.fill_later({"os": os}, {"PYINIT_BYTECODE_CACHE": str(cache)}, worth=0) is None
 
 
 def test_where_the_cache_is(monkeypatch):
