@@ -245,15 +245,15 @@ class Marks:
         # The first outermost module call is found by a global hook that goes at
         # once: left in place, torch.compile would trace it into every submodule
         # call of that forward, and warn that it is there.
-        first_call: list[Any] = []  # the global hook, then nothing once it has fired
-        restore: list[Callable[[], None]] = []
+        first_call: Any = None  # the global hook, until it has fired
+        undo_compiled_call: Callable[[], None] | None = None
 
         def forward_began(outermost: Any) -> None:
-            for hook in first_call:
-                hook.remove()
-            first_call.clear()
-            for undo in restore:
-                undo()
+            nonlocal first_call
+            first_call.remove()
+            first_call = None
+            if undo_compiled_call is not None:
+                undo_compiled_call()
             began = boottime()
             if not self.step_began:
                 self.phase("script setup", self.ready, began)
@@ -265,25 +265,29 @@ class Marks:
 
             ended = outermost.register_forward_hook(forward_ended, always_call=True)
 
-        first_call.append(module.register_module_forward_pre_hook(
-            lambda outermost, _args: forward_began(outermost)))  # fmt: skip
+        first_call = module.register_module_forward_pre_hook(
+            lambda outermost, _args: forward_began(outermost))  # fmt: skip
 
         def ahead_of_compiled_modules() -> None:
             """A compiled module called first looks for global hooks before
             its own hooks run: it is the outermost, and the hook goes first."""
-            if not first_call:  # a module was called before the first torch.compile
+            nonlocal undo_compiled_call
+            if first_call is None:  # a module was called before the first torch.compile
                 return
             from torch._dynamo.eval_frame import OptimizedModule
 
             compiled_call = OptimizedModule.__call__
 
             def first_compiled_call(compiled: Any, *args: Any, **kwargs: Any) -> Any:
-                if first_call:
+                if first_call is not None:
                     forward_began(compiled)
                 return compiled_call(compiled, *args, **kwargs)
 
+            def undo() -> None:
+                OptimizedModule.__call__ = compiled_call
+
             OptimizedModule.__call__ = first_compiled_call
-            restore.append(lambda: setattr(OptimizedModule, "__call__", compiled_call))
+            undo_compiled_call = undo
 
         once_dynamo_is_imported(torch, ahead_of_compiled_modules)
         backward = torch.autograd.backward
