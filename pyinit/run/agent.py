@@ -56,6 +56,12 @@ FORK_SAFE_CUDA_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 AGENT_ENV_DEFAULTS = {FORK_SAFE_CUDA_CHECK: "1"}
 
 
+def set_agent_defaults() -> None:
+    """AGENT_ENV_DEFAULTS in this process's environment, where the user set none."""
+    for name, value in AGENT_ENV_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+
+
 def main(argv: list[str] | None = None, started: float | None = None) -> None:
     """torchrun's main with `argv`; `started` is when this process began
     (a warm interpreter's fork), else /proc's record of it."""
@@ -64,8 +70,7 @@ def main(argv: list[str] | None = None, started: float | None = None) -> None:
     preloads: tuple[str, ...] = ()  # pyinit run's list when the workers are forked
     if argv[:1] and argv[0].startswith(PRELOAD_OPTION):
         preloads = parse(argv.pop(0)[len(PRELOAD_OPTION) :])
-    for name, value in AGENT_ENV_DEFAULTS.items():
-        os.environ.setdefault(name, value)
+    set_agent_defaults()
     folder = os.environ.get(RUN_DIR_ENV)
     if folder:
         # Before torch is imported: its loggers' handlers take sys.stderr as it is

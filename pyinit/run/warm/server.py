@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from pyinit import bytecode
-from pyinit.run.agent import AGENT_ENV_DEFAULTS
+from pyinit.run.agent import set_agent_defaults
 from pyinit.run.preload import (
     PreloadError,
     fork_unsafe,
@@ -292,8 +292,7 @@ def main(argv: list[str] | None = None) -> int:
                 ready.write(line + "\n")
                 ready.flush()
 
-    for name, value in AGENT_ENV_DEFAULTS.items():  # torch's CUDA check asks NVML
-        os.environ.setdefault(name, value)
+    set_agent_defaults()  # it imports as an agent: torch's CUDA check asks NVML
     warm = Warm(parse(args.preload), args.idle_timeout, args.defer_compile_preloads)
     try:
         path = protocol.checked_folder(protocol.folder(), create=True) / protocol.SOCKET_NAME
