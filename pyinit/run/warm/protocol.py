@@ -51,6 +51,7 @@ PER_COMMAND_NAMES = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "TERM"})
 # against its source): pyinit sets it once its cache is ready (pyinit.bytecode),
 # which may be after the warm interpreter started.
 WHERE_ONLY_NAMES = frozenset({"PYTHONPYCACHEPREFIX"})
+UNCOMPARED_NAMES = PER_COMMAND_NAMES | WHERE_ONLY_NAMES
 
 
 def import_time(name: str) -> bool:
@@ -240,7 +241,7 @@ class Identity:
                 return f"another {what} here than the warm interpreter's"
         names = set(self.import_env) | {k for k in environ if import_time(k)} | read_at_import
         for name in sorted(names):
-            if name.startswith(PER_LAUNCH_PREFIXES) or name in PER_COMMAND_NAMES | WHERE_ONLY_NAMES:
+            if name.startswith(PER_LAUNCH_PREFIXES) or name in UNCOMPARED_NAMES:
                 continue
             mine, theirs = self.import_env.get(name), environ.get(name)
             if mine != theirs:
