@@ -241,7 +241,10 @@ def fill_one(source: str) -> None:
 
 
 def _write_atomic(path: str, data: bytes) -> None:
-    """`data` at `path`, whole or not at all: a reader never meets half a file."""
+    """`data` at `path`, whole or not at all: a reader never meets half a file.
+    Not jsonfile.write_bytes: a cache needs no fsync of each of its thousands
+    of files, as Python's own bytecode writes have none (it checks a file's
+    header before it uses it)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     partial = f"{path}.{os.getpid()}.partial"
     try:
