@@ -14,7 +14,7 @@ else ``$XDG_CACHE_HOME/pyinit/bytecode``, else ``~/.cache/pyinit/bytecode``;
 ``off`` for none) and hands it to Python as ``PYTHONPYCACHEPREFIX``:
 
 - After a launch's imports, the process that did them (a cold agent, a warm
-  interpreter) starts this module's :func:`main` as a child at idle priority
+  interpreter) starts this module's :func:`main` as a child at the lowest priority
   (:func:`fill_later`). It writes the bytecode of what was imported (copied
   where a source has its own beside it, so the standard library loses
   nothing to the prefix), marks the cache ready for this environment, then
@@ -312,9 +312,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, KeyError, TypeError) as error:
         print(f"pyinit.bytecode: stdin: not a fill order ({error})", file=sys.stderr)
         return 2
-    # Only the time no other process wants: a training job's never waits for this.
-    with contextlib.suppress(OSError, AttributeError):
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    # The lowest priority, not SCHED_IDLE: that never runs while every core is
+    # busy (a data loader's workers can keep them so), and the cache would never
+    # be ready; at nice 19 it takes a sliver of a core until it is done.
+    os.nice(19)
     fill(Path(argv[0]), imported, roots, parent)
     return 0
 
