@@ -563,3 +563,33 @@ def test_too_many_shards_for_the_open_file_limit(pyinit_bin, tmp_path):
                 "--shards", "1100", "--quiet"])  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert len(list(out.glob("shard-*.tok"))) == 1100
+
+
+@pytest.mark.parametrize("kind", ["relative", "a file", "open to others"])
+def test_a_bad_bytecode_cache_is_one_line(pyinit_bin, tmp_path, kind):
+    """A relative PYINIT_BYTECODE_CACHE is bad usage; a folder that is a file
+    or that others could write is refused in one line, and the run goes on
+    compiling from source."""
+    script = tmp_path / "ok.py"
+    script.write_text("print('ran')\n")
+    cache = tmp_path / "cache"
+    if kind == "a file":
+        cache.write_text("not a folder\n")
+    elif kind == "open to others":
+        cache.mkdir()
+        cache.chmod(0o777)
+    env = dict(os.environ, PYINIT_BYTECODE_CACHE="cache" if kind == "relative" else str(cache))
+    proc = subprocess.run([pyinit_bin, "run", "--cold", "--nproc-per-node", "1", "--run-dir",
+                           tmp_path / "run", "--", script], capture_output=True, text=True,
+                          timeout=240, env=env, cwd=tmp_path)  # fmt: skip
+    said = [line for line in proc.stderr.splitlines() if "cache" in line]
+    if kind == "relative":
+        assert proc.returncode == 2 and not (tmp_path / "run").exists()
+        assert said == ["pyinit: PYINIT_BYTECODE_CACHE='cache' is not an absolute path (a "
+                        "folder, or off)"]  # fmt: skip
+        return
+    why = "not a folder" if kind == "a file" else "mode 0777 lets others in (0700 wanted)"
+    assert proc.returncode == 0 and proc.stdout.splitlines()[-1] == "ran", proc.stderr
+    assert said == [f"pyinit: {cache}: the bytecode cache is refused: {why}; compiling from "
+                    "source"]  # fmt: skip
+    assert "Traceback" not in proc.stderr
