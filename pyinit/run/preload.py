@@ -58,22 +58,29 @@ def compute_compile_caches(probe_cpu: bool = True) -> None:
     """What the first compiled step of every process computes for itself,
     computed here once, so that every process forked from here has it:
     inductor's hash of torch's own source files (``torch_key``, part of
-    every cache key: 0.15-0.2 s on the 2-core VM) and the check of which
-    vector instructions the CPU's C++ kernels may use (``valid_vec_isa_list``:
-    it builds and loads a probe program for each, in subprocesses, 1.2-1.8 s
-    there). Neither initialises CUDA or leaves a thread. Where one fails (no
-    C++ compiler, another torch), each compiling process computes it itself.
-    Without `probe_cpu`, the probe is left to the compiling processes: its
-    subprocesses would hold up a launch that came meanwhile. A torch built
-    for GPUs never probes here: its compiled steps run on the GPU, and on an
-    H200 host the probe's three fresh interpreters took 15-40 s, which a
-    restart waited for."""
+    every cache key: 0.15-0.2 s on the 2-core VM), triton's hash of its
+    compiler and library (``triton_key``, in every cache key where triton is
+    installed: 0.3-0.5 s of a compiled worker's first step on an H200 host)
+    and the check of which vector instructions the CPU's C++ kernels may use
+    (``valid_vec_isa_list``: it builds and loads a probe program for each, in
+    subprocesses, 1.2-1.8 s on the VM). None of them initialises CUDA or
+    leaves a thread. Where one fails (no C++ compiler, another torch), each
+    compiling process computes it itself. Without `probe_cpu`, the probe is
+    left to the compiling processes: its subprocesses would hold up a launch
+    that came meanwhile. A torch built for GPUs never probes here: its
+    compiled steps run on the GPU, and on an H200 host the probe's three
+    fresh interpreters took 15-40 s, which a restart waited for."""
     import torch
 
     with contextlib.suppress(Exception):
         from torch._inductor import codecache
 
         codecache.torch_key()
+    with contextlib.suppress(Exception):
+        from torch._inductor.runtime.triton_compat import HAS_TRITON, triton_key
+
+        if HAS_TRITON:
+            triton_key()
     if not probe_cpu or torch.version.cuda or getattr(torch.version, "hip", None):
         return
     with contextlib.suppress(Exception):
