@@ -225,11 +225,22 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILURE
 
 
+# Commands run often and timed end to end (a scheduler's health check every few
+# seconds, `pyinit nccl` and `pyinit topo` in a job's prolog) that leave nothing
+# to tear down when they return: they end without Python unwinding every module.
+ENDS_AT_ONCE = frozenset({"check", "nccl", "topo"})
+
+
 def run_cli() -> int:
     """The console script: main(), and for what no handler expected (a bug)
     its traceback and one line asking for a report."""
     try:
-        return main()
+        status = main()
+        if _first_word(sys.argv[1:], COMMANDS) in ENDS_AT_ONCE:
+            from pyinit.process_end import exit_now
+
+            exit_now(status)
+        return status
     except Exception:
         import traceback  # a bug's path alone: not every command's start
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import struct
 import subprocess
+import sys
 
 import pytest
 from conftest import run
@@ -121,3 +122,31 @@ def test_every_help_page_ends_with_its_exit_statuses(pyinit_bin, pod_init_bin):
 def test_version_goes_to_stdout(pyinit_bin):
     done = run([pyinit_bin, "--version"])
     assert done.returncode == 0 and done.stdout.startswith("pyinit ") and done.stderr == ""
+
+
+def test_a_quick_end_runs_atexit_and_flushes_what_is_buffered():
+    """exit_now skips the interpreter's teardown, not what a program expects
+    of its end: atexit's functions and the block-buffered output to a pipe."""
+    script = """
+import atexit, sys
+from pyinit.process_end import exit_now
+atexit.register(lambda: print("atexit ran"))
+sys.stdout.write("buffered line\\n")
+sys.stderr.write("to stderr\\n")
+exit_now(3)
+print("not reached")
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert proc.returncode == 3
+    assert proc.stdout == "buffered line\natexit ran\n"
+    assert proc.stderr == "to stderr\n"
+
+
+def test_commands_that_end_at_once_print_everything_into_a_pipe(pyinit_bin, eightgpu_tree):
+    """topo ends without the teardown; its output to a pipe (block-buffered) is whole."""
+    args = ["topo", "--sysfs-root", str(eightgpu_tree), "--no-bar0", "--no-nvml", "--json"]
+    proc = run([pyinit_bin, *args])
+    assert proc.returncode in (0, 1), proc.stderr
+    gpus = [d for d in json.loads(proc.stdout)["devices"] if d.get("kind") == "gpu"]
+    assert len(gpus) == 8

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from dataclasses import asdict
 
 from pyinit import _native, argtypes
 from pyinit.health.check import CRITICAL, STATE_NAMES, UNKNOWN
+from pyinit.process_end import exit_now
 
 NAGIOS_STATUS = """\
 exit status (a Nagios plugin's, as schedulers' health checks read it):
@@ -69,7 +69,5 @@ def main(args: argparse.Namespace) -> int:
     if args.slurm_drain and state == CRITICAL:
         drain(args.slurm_node, first_line)
     if hung:
-        # A probe still blocked (in a read, in the driver) must not hold the exit.
-        sys.stdout.flush()
-        os._exit(state)
+        exit_now(state)  # a probe still blocked (in a read, in the driver) must not hold it
     return state

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import resource
@@ -24,6 +23,7 @@ from collections.abc import Iterator
 from typing import Any, NoReturn
 
 from pyinit import _native
+from pyinit.process_end import exit_now, flush_stdio
 from pyinit.run.warm import protocol
 from pyinit.runlog.events import boottime
 
@@ -143,7 +143,7 @@ def become_agent(channel: socket.socket, keeper: int) -> NoReturn:
         started = boottime()
         channel.close()
         if request is None:
-            _exit(0)
+            exit_now(0)
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
         for sig in WAITED:
             signal.signal(sig, signal.SIG_DFL)
@@ -173,7 +173,7 @@ def become_agent(channel: socket.socket, keeper: int) -> NoReturn:
         with contextlib.suppress(BaseException):
             sys.excepthook(*sys.exc_info())
     finally:
-        _exit(code)
+        exit_now(code)
 
 
 def _run(main: Any) -> int:
@@ -189,28 +189,13 @@ def _run(main: Any) -> int:
         return 1
     except KeyboardInterrupt:
         # As the interpreter does: end by SIGINT itself, for the shell's 130.
-        _flush()
+        flush_stdio()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
     except BaseException:
         sys.excepthook(*sys.exc_info())
         return 1
     return 0
-
-
-def _flush() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-
-
-def _exit(code: int) -> NoReturn:
-    """The interpreter's own end (atexit, flushed streams) without unwinding
-    into the warm interpreter's frames."""
-    with contextlib.suppress(BaseException):
-        atexit._run_exitfuncs()
-    _flush()
-    os._exit(code)
 
 
 def _reopen_stdio() -> None:
