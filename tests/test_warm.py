@@ -353,10 +353,15 @@ def test_a_restarted_group_forks_warm_and_shows_its_phases(warm_env, tmp_path):
     assert "Restarts, step by step" in (tmp_path / "r.html").read_text()
 
 
-def warm_pid(env: dict[str, str]) -> int | None:
+def warm_status(env: dict[str, str]) -> dict | None:
     status = subprocess.run([PYINIT, "warm", "status", "--json"], env=env, capture_output=True,
                             text=True, timeout=60)  # fmt: skip
-    return json.loads(status.stdout)["pid"] if status.returncode == 0 else None
+    return json.loads(status.stdout) if status.returncode == 0 else None
+
+
+def warm_pid(env: dict[str, str]) -> int | None:
+    status = warm_status(env)
+    return status["pid"] if status else None
 
 
 def test_the_first_launch_leaves_a_warm_interpreter_and_says_so_once(tmp_path):
@@ -383,6 +388,12 @@ def test_the_first_launch_leaves_a_warm_interpreter_and_says_so_once(tmp_path):
         assert not [e for e in events(tmp_path / "second") if e["event"] == "warm_started"]
         assert warm_pid(env) == pid
         assert losses(tmp_path / "first") == losses(tmp_path / "second")
+        # Between launches it imports the compile set, step by step, every step found.
+        deadline = time.monotonic() + 240
+        while warm_status(env)["compile_preloads_pending"] and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert warm_status(env)["compile_preloads_pending"] == 0
+        assert "left to the scripts that compile" not in (folder / "warm.log").read_text()
     finally:
         stop_warm(env)
     assert warm_pid(env) is None

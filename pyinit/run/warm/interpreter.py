@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pyinit import bytecode
 from pyinit.run.agent import AGENT_ENV_DEFAULTS
 from pyinit.run.preload import (
-    COMPILE_PRELOADS,
+    COMPILE_PRELOAD_STEPS,
     DEFAULT_PRELOADS,
     PreloadError,
     collector_paused,
@@ -55,7 +55,7 @@ class Warm:
         self.preloads = tuple(dict.fromkeys((*DEFAULT_PRELOADS, *preloads)))
         # Imported after the first launch is served, one per idle turn of the loop,
         # when a run started this interpreter for itself (it waits for the rest).
-        self.deferred = list(COMPILE_PRELOADS) if defer_compile else []
+        self.deferred = list(COMPILE_PRELOAD_STEPS) if defer_compile else []
         self.idle_timeout = idle_timeout
         self.started = time.time()
         self.launches = 0
