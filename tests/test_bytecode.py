@@ -222,3 +222,40 @@ def test_a_bad_fill_order_is_one_line_and_exit_2(tmp_path, args, stdin, said):
                           text=True, capture_output=True, timeout=60)  # fmt: skip
     assert done.returncode == 2
     assert done.stderr.startswith(said) and done.stderr.count("\n") == 1, done.stderr
+
+
+PREFIX = """
+import os, sys
+print(f"prefix {sys.pycache_prefix} env {os.environ.get('PYTHONPYCACHEPREFIX')}")
+"""
+
+
+def test_a_warm_interpreter_started_before_its_cache_was_ready_hands_it_on(tmp_path):
+    """The first warm interpreter on a node starts before its filler made the
+    cache ready; a later launch names the cache, and the workers forked for
+    it read bytecode from there, as a fresh start with that launch's
+    environment would."""
+    cache = tmp_path / "cache"
+    warm = tmp_path / "warm"
+    warm.mkdir(mode=0o700)
+    script = tmp_path / "prefix.py"
+    script.write_text(PREFIX)
+    env = environment(tmp_path, cache, PYINIT_WARM_DIR=str(warm), PYINIT_WARM="auto")
+    started = subprocess.run([PYINIT, "warm", "start"], env=env, capture_output=True, text=True,
+                             timeout=240)  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    try:
+        cache.mkdir(mode=0o700)
+        ready = bytecode.ready_mark(cache)
+        ready.parent.mkdir(parents=True, exist_ok=True)
+        ready.touch()
+        done = subprocess.run([PYINIT, "run", "--nproc-per-node", "1", "--run-dir",
+                               str(tmp_path / "run"), "--", str(script)], env=env,
+                              capture_output=True, text=True, timeout=240)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        warm_events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl")
+                       .read_text().splitlines() if '"warm"' in line]  # fmt: skip
+        assert warm_events and warm_events[0]["used"] is True
+        assert done.stdout.strip().splitlines()[-1] == f"prefix {cache} env {cache}"
+    finally:
+        subprocess.run([PYINIT, "warm", "stop"], env=env, capture_output=True, timeout=60)

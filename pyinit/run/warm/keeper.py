@@ -22,7 +22,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, NoReturn
 
-from pyinit import _native
+from pyinit import _native, bytecode
 from pyinit.process_end import exit_now, flush_stdio
 from pyinit.run.warm import protocol
 from pyinit.runlog.events import boottime
@@ -158,6 +158,11 @@ def become_agent(channel: socket.socket, keeper: int) -> NoReturn:
             env[request["store_env"]] = str(store_fd)
         os.environ.clear()
         os.environ.update(env)
+        # Where bytecode is read from, as a fresh start with this environment sets
+        # it: the caller may name a bytecode cache that became ready after this
+        # interpreter started, and the workers it forks then read their late
+        # imports (triton's, at a first compile) from there, not from source.
+        sys.pycache_prefix = env.get(bytecode.PREFIX_ENV) or None
         os.chdir(request["cwd"])
         os.umask(int(request["umask"]))
         for name, (soft, hard) in request.get("limits", {}).items():
