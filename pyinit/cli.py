@@ -231,10 +231,32 @@ def main(argv: list[str] | None = None) -> int:
 ENDS_AT_ONCE = frozenset({"check", "nccl", "topo"})
 
 
+def _fill_closed_stdio() -> None:
+    """A process started with stdin, stdout or stderr closed (`pyinit check
+    >&-`) has no stream there in Python, and the first print would raise
+    mid-command; worse, the next file it opened would take that number and
+    receive what is printed. Each is /dev/null instead, and a closed stdout
+    is said in one line: the command still does its work and returns its
+    status (a health check's is what a scheduler reads)."""
+    closed = [name for name in ("stdin", "stdout", "stderr") if getattr(sys, name) is None]
+    for number, name in enumerate(("stdin", "stdout", "stderr")):
+        if name not in closed:
+            continue
+        opened = os.open(os.devnull, os.O_RDWR)
+        if opened != number:
+            os.dup2(opened, number)
+            os.close(opened)
+        setattr(sys, name, open(number, "r" if number == 0 else "w", closefd=False))  # noqa: SIM115
+    if "stdout" in closed and "stderr" not in closed:
+        print("pyinit: stdout is closed; what the command prints there is discarded",
+              file=sys.stderr)  # fmt: skip
+
+
 def run_cli() -> int:
     """The console script: main(), and for what no handler expected (a bug)
     its traceback and one line asking for a report."""
     try:
+        _fill_closed_stdio()
         status = main()
         if _first_word(sys.argv[1:], COMMANDS) in ENDS_AT_ONCE:
             from pyinit.process_end import exit_now

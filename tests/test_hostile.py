@@ -593,3 +593,21 @@ def test_a_bad_bytecode_cache_is_one_line(pyinit_bin, tmp_path, kind):
     assert said == [f"pyinit: {cache}: the bytecode cache is refused: {why}; compiling from "
                     "source"]  # fmt: skip
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("closed", [">&-", "<&-", ">&- <&-"])
+def test_a_command_started_with_stdio_closed_does_its_work_without_a_traceback(
+        pyinit_bin, tmp_path, closed):  # fmt: skip
+    """`pyinit check >&-`: Python has no stdout then, and a print raised as
+    a bug's traceback. The check still runs and returns its status; a
+    closed stdout is said in one line."""
+    done = subprocess.run(["bash", "-c", f"'{pyinit_bin}' check --no-nvml {closed}; echo $? > "
+                           f"'{tmp_path}/status'"], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert "Traceback" not in done.stderr
+    assert (tmp_path / "status").read_text().strip() in ("0", "1", "2")
+    if ">&-" in closed:
+        said = "pyinit: stdout is closed; what the command prints there is discarded\n"
+        assert done.stderr == said
+    else:
+        assert done.stderr == ""
