@@ -259,3 +259,30 @@ def test_a_warm_interpreter_started_before_its_cache_was_ready_hands_it_on(tmp_p
         assert done.stdout.strip().splitlines()[-1] == f"prefix {cache} env {cache}"
     finally:
         subprocess.run([PYINIT, "warm", "stop"], env=env, capture_output=True, timeout=60)
+
+
+READY_THEN_FAIL = """
+import os, sys
+from pyinit import bytecode
+if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+    cache = bytecode.folder()
+    cache.mkdir(mode=0o700)
+    bytecode.ready_mark(cache).parent.mkdir(parents=True, exist_ok=True)
+    bytecode.ready_mark(cache).touch()
+    sys.exit(1)
+print(f"prefix {sys.pycache_prefix} env {os.environ.get('PYTHONPYCACHEPREFIX')}")
+"""
+
+
+def test_a_restarted_group_reads_a_cache_that_became_ready_during_the_run(tmp_path):
+    """A cold agent started before the cache was ready (its own filler makes
+    it so on a fresh node): the group it forks at a restart reads from it."""
+    cache = tmp_path / "cache"
+    script = tmp_path / "ready_then_fail.py"
+    script.write_text(READY_THEN_FAIL)
+    env = environment(tmp_path, cache)
+    done = subprocess.run([PYINIT, "run", "--cold", "--nproc-per-node", "1", "--max-restarts",
+                           "1", "--run-dir", str(tmp_path / "run"), "--", str(script)], env=env,
+                          capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == f"prefix {cache} env {cache}"

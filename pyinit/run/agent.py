@@ -179,7 +179,8 @@ def preload_compile_for_restarts(status_dir: Path) -> None:
     then has it imported, instead of importing it in every new worker before
     its first compiled step (4 s on an H200 host). The thread is joined
     before any restart forks, so no thread runs at a fork (the fork-safety
-    rule of pyinit.run.preload)."""
+    rule of pyinit.run.preload); a bytecode cache that became ready since
+    the agent started is taken up then too (pyinit.bytecode.use)."""
     import threading
 
     from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
@@ -209,6 +210,10 @@ def preload_compile_for_restarts(status_dir: Path) -> None:
     def restart_unthreaded(agent: Any, *args: Any, **kwargs: Any) -> Any:
         if importer is not None:
             importer.join()
+        # A bytecode cache this agent's filler made ready since it started: the
+        # new workers read what they import late from there, not from source
+        # (pyinit run checked PYINIT_BYTECODE_CACHE before this agent began).
+        bytecode.use()
         return restart(agent, *args, **kwargs)
 
     LocalElasticAgent._monitor_workers = watching
