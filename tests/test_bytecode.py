@@ -20,6 +20,7 @@ import pytest
 from conftest import BIN_DIR
 
 from pyinit import bytecode
+from pyinit.analysis.timeline import read_events
 from pyinit.errors import InputError
 
 PYINIT = str(BIN_DIR / "pyinit")
@@ -253,8 +254,7 @@ def test_a_warm_interpreter_started_before_its_cache_was_ready_hands_it_on(tmp_p
                                str(tmp_path / "run"), "--", str(script)], env=env,
                               capture_output=True, text=True, timeout=240)  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
-        warm_events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl")
-                       .read_text().splitlines() if '"warm"' in line]  # fmt: skip
+        warm_events = [e for e in read_events(tmp_path / "run") if e["event"] == "warm"]
         assert warm_events and warm_events[0]["used"] is True
         assert done.stdout.strip().splitlines()[-1] == f"prefix {cache} env {cache}"
     finally:
