@@ -80,10 +80,16 @@ def test_the_example_trains_on_cpu_and_the_loss_falls(pyinit_bin, shards, tmp_pa
 def test_a_script_that_exits_3_gives_3(pyinit_bin, tmp_path):
     script = tmp_path / "three.py"
     script.write_text("import sys\nsys.exit(3)\n")
-    result = pyinit_run(pyinit_bin, "--nproc-per-node", "1", "--run-dir", tmp_path, "--", script)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    result = pyinit_run(pyinit_bin, "--nproc-per-node", "1", "--run-dir", tmp_path, "--", script,
+                        env={**os.environ, "TMPDIR": str(scratch)})  # fmt: skip
     assert result.returncode == 3, result.stderr[-2000:]
     end = events(tmp_path)[-1]
     assert end["event"] == "end" and end["status"] == 3 and end["torchrun_status"] == 1
+    # torchrun's folders of attempts are the run folder's, not a new one in TMPDIR per run.
+    assert list(scratch.glob("torchelastic_*")) == []
+    assert list((tmp_path / "torchrun").glob("*/attempt_0"))
 
 
 def test_a_rank_whose_peer_went_away_says_so_in_one_line(pyinit_bin, tmp_path):
