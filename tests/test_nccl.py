@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -306,6 +307,23 @@ def test_the_executables_plan_another_node(pod_init_bin, pyinit_bin, eightgpu_tr
         outputs.append({p.name: p.read_text() for p in out.iterdir()})
     assert outputs[0]["nccl-graph.xml"] == outputs[1]["nccl-graph.xml"]
     assert outputs[0]["hosts"] == outputs[1]["hosts"]
+
+
+def test_a_node_s_plan_builds_no_python_view_of_the_topology(eightgpu_tree, tmp_path, proc_root):
+    """`pyinit nccl --node K` at every node's start: the plan is the core's,
+    and the dataclasses over the scan (with `dataclasses` and `inspect`, and
+    their building for every device) took 16 ms of a 62 ms plan."""
+    hostfile = cluster_hostfile(tmp_path, 64)
+    code = ("import sys, pyinit.cli as c\n"
+            "status = c.main(sys.argv[1:])\n"
+            "views = ('dataclasses', 'pyinit.topology')\n"
+            "print(status, sorted(m for m in views if m in sys.modules))")  # fmt: skip
+    argv = ["nccl", "--sysfs-root", eightgpu_tree, "--proc-root", proc_root, "--out",
+            tmp_path / "out", "--hostfile", hostfile, "--node", "63", "--no-nvml"]  # fmt: skip
+    done = run([sys.executable, "-c", code, *argv])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "0 []", done.stdout[-500:]
+    assert (tmp_path / "out" / "nccl-topo.xml").is_file()
 
 
 HINTS, HOSTS = ["--hints", "{hints}"], ["--hostfile", "{hosts}"]

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 from pyinit import _native
 from pyinit.errors import InputError
 from pyinit.jsonfile import read_input
-from pyinit.topology import Topology, scan
 
 if TYPE_CHECKING:  # the tables' module (statistics, hashing) only when a tuning is made,
     from pyinit.nccl.tuning import Tuning  # NVML's only when its view is read
     from pyinit.nvml import NvmlView
+    from pyinit.topology import Topology  # its dataclasses only when a caller made one
 
 
 def resolve_hostfile(path: str) -> str:
@@ -106,13 +106,14 @@ def configure(
     (``pyinit.errors.InputError``, naming the file and line) for bad input and
     ``OSError`` when a file cannot be read.
     """
-    if topology is None:
-        topology = scan(str(sysfs_root), probe_bar0=False)
+    # The core's scan as it is: the plan reads nothing of the Python view.
+    native = (topology._native if topology is not None else
+              _native.scan_topology(os.fsencode(sysfs_root), -1, False))  # fmt: skip
     if nodes is None and (hostfile or node is not None):
         nodes = load_nodes(hostfile or "", dns=dns, node=node)  # the core checks the pair
     env = os.environ if environment is None else environment
     return _native.nccl_config(
-        topology._native,
+        native,
         nodes=nodes,
         hints=str(hints or ""),
         out_dir=str(out_dir),
