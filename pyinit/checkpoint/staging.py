@@ -2,11 +2,13 @@
 (page-locked, so copies run on the GPU's copy engines while the disk works)
 where CUDA is, page-aligned (so O_DIRECT reads land in them) everywhere.
 
-A load reads aligned windows of the files into free blocks, two reads at a
-time (each thread its own reader and ring), and copies every window's part of
-each tensor into that tensor, allocated on its device, while a pool thread
-takes the part's CRC; a block is read into again once the copies and the
-CRCs out of it have run. A save copies the tensors' bytes
+A load reads aligned windows of the files into free blocks, ``READERS`` at a
+time (each thread its own reader and ring); the thread that read a window
+takes its parts' CRCs at once, while the bytes are still in the CPU's cache,
+and the calling thread copies every window's part of each tensor into that
+tensor, allocated on its device. A reader thread waits for the copies out of
+a block before it reads into it again, so the calling thread never waits for
+a copy or a CRC. A save copies the tensors' bytes
 into blocks in file order, and writes a block once its copies have run, while
 the copies of the next blocks go on. The host memory either needs is the
 blocks', whatever the checkpoint's size.
@@ -33,7 +35,6 @@ BLOCKS = 8  # four being read, four being copied out of
 # would need): 8.7 GB/s with 2 readers of 32 MiB blocks, 10.0 with 4 of 16
 # MiB, the same 128 MiB of blocks; from its one virtio disk 2.41 and 2.21.
 READERS = 4
-CRC_THREADS = 2  # CRC-32C runs at 10-13 GB/s a core on data in memory: two stay ahead
 ALIGN = 4096  # O_DIRECT's offset and length unit on the filesystems checkpoints live on
 
 
@@ -136,19 +137,15 @@ class Copies:
 
 @dataclass
 class Held:
-    """A block and the copies (and checksums) that still use it."""
+    """A block and the copies that still read from or write into it."""
 
     block: torch.Tensor
     events: list[torch.cuda.Event] = field(default_factory=list)
-    checksums: list[Future[int]] = field(default_factory=list)
 
     def wait(self) -> None:
         for event in self.events:
             event.synchronize()
         self.events.clear()
-        for checksum in self.checksums:
-            checksum.result()
-        self.checksums.clear()
 
 
 def mark(held: Held, streams: set[torch.cuda.Stream]) -> None:
@@ -276,11 +273,22 @@ def fill(paths: Sequence[str], sizes: Sequence[int], pieces: Sequence[Piece], ch
     free = [Held(block(pinned)) for _ in range(min(BLOCKS, max(1, len(plan))))]
     copies = Copies()
     readers = Readers(paths, queue_depth)
-    # Each key's pieces in file order: (length, CRC-32C) computed by a pool
-    # thread while the copies and the next reads run.
-    parts: dict[int, list[tuple[int, Future[int]]]] = {}
-    reading: deque[tuple[Window, Held, Future[int]]] = deque()
-    checksummer = ThreadPoolExecutor(CRC_THREADS, thread_name_prefix="pyinit-checkpoint-crc")
+
+    def read_window(window: Window, held: Held) -> tuple[int, list[int]]:
+        """Bytes read, and with `checksums` each piece's CRC, taken in this
+        thread while the bytes just read are still in the cache (taken later,
+        by another thread, they come from memory again, and the block waits)."""
+        held.wait()  # the copies out of its last window have run
+        got = readers.read(window, held.block)
+        if not checksums or got < window.length:
+            return got, []
+        data = held.block.numpy()
+        return got, [crc32c(data[p.begin - window.begin : p.end - window.begin])
+                     for p in window.pieces]  # fmt: skip
+
+    # Each key's pieces in file order: (length, CRC-32C).
+    parts: dict[int, list[tuple[int, int]]] = {}
+    reading: deque[tuple[Window, Held, Future[tuple[int, list[int]]]]] = deque()
     with ThreadPoolExecutor(READERS, thread_name_prefix="pyinit-checkpoint-read") as pool:
         try:
             upcoming = iter(plan)
@@ -291,26 +299,24 @@ def fill(paths: Sequence[str], sizes: Sequence[int], pieces: Sequence[Piece], ch
                     if window is None:
                         return
                     held = free.pop()
-                    held.wait()  # the copies out of its last window have run
-                    reading.append((window, held, pool.submit(readers.read, window, held.block)))
+                    reading.append((window, held, pool.submit(read_window, window, held)))
 
             start_reads()
             while reading:
                 window, held, future = reading.popleft()
-                got = future.result()
+                got, crcs = future.result()
                 if got < window.length:
                     # As the reader says it of a batch: ENODATA with the path.
                     raise OSError(errno.ENODATA, f"read {got} of {window.length} bytes at "
                                   f"{window.begin} (the file shrank since it was opened)",
                                   paths[window.file])  # fmt: skip
+                if checksums:
+                    for piece, crc in zip(window.pieces, crcs, strict=True):
+                        parts.setdefault(piece.key, []).append((piece.end - piece.begin, crc))
                 streams = set()
                 for piece in window.pieces:
                     offset = piece.begin - window.begin
                     source = held.block[offset : offset + piece.end - piece.begin]
-                    if checksums:
-                        crc = checksummer.submit(crc32c, source.numpy())
-                        held.checksums.append(crc)
-                        parts.setdefault(piece.key, []).append((len(source), crc))
                     target = piece.target[piece.at : piece.at + piece.end - piece.begin]
                     stream = copies.copy(target, source)
                     if stream is not None:
@@ -323,16 +329,15 @@ def fill(paths: Sequence[str], sizes: Sequence[int], pieces: Sequence[Piece], ch
             for _, _, future in reading:
                 future.cancel()
             pool.shutdown(wait=True)
-            checksummer.shutdown(wait=True)
             readers.close()
     return {key: combined(pieces) for key, pieces in parts.items()}
 
 
-def combined(pieces: Iterable[tuple[int, Future[int]]]) -> int:
+def combined(pieces: Iterable[tuple[int, int]]) -> int:
     """The CRC-32C of consecutive pieces, from (length, CRC) of each in order."""
     crc = 0
     for length, piece in pieces:
-        crc = crc32c_combine(crc, piece.result(), length)
+        crc = crc32c_combine(crc, piece, length)
     return crc
 
 
