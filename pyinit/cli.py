@@ -4,6 +4,7 @@ for (``pyinit.commands``, ``pyinit.bench``); the work lives in the subpackages."
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -109,9 +110,25 @@ class _Parser(argparse.ArgumentParser):
         self.exit(self.usage_status, f"{self.prog}: error: {printable(message)}\n")
 
 
+def _terminal_columns() -> int:
+    """shutil.get_terminal_size().columns: COLUMNS, else stdout's terminal, else 80."""
+    with contextlib.suppress(KeyError, ValueError):
+        if (columns := int(os.environ["COLUMNS"])) > 0:
+            return columns
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80
+    except (AttributeError, ValueError, OSError):
+        return 80
+
+
 class _Formatter(argparse.RawDescriptionHelpFormatter):
     """Descriptions as written, and every option's default in --help (where it
     has one the help text does not already give)."""
+
+    def __init__(self, prog: str) -> None:
+        # Given no width, argparse imports shutil (and with it bz2 and lzma) for it:
+        # 2-3 ms of every command's start, for every add_argument makes a formatter.
+        super().__init__(prog, width=_terminal_columns() - 2)
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import socket
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -57,6 +56,8 @@ def _address(path: str, line: int, host: str) -> str:
         return str(ipaddress.ip_address(host))
     except ValueError:
         pass
+    import socket  # only for a name: a hostfile of addresses, the usual one, never needs it
+
     try:
         found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as e:
