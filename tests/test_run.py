@@ -558,7 +558,8 @@ def test_a_module_a_program_standalone_and_torchrun_options(pyinit_bin, tmp_path
                        "--standalone", "--torchrun", f"--log-dir {logs}", "--", script,
                        env=env)  # fmt: skip
     assert alone.returncode == 0, alone.stderr[-2000:]
-    assert logs.is_dir()  # torchrun took the passed-on option
+    # torchrun took the passed-on option, over pyinit run's own folder for it
+    assert logs.is_dir() and not (tmp_path / "s" / "torchrun").exists()
     assert events(tmp_path / "s")[0]["nodes"]["source"] == "single"
     for args, message in (
         (["--torchrun", "--nnodes 2", "--", script], "pyinit run sets --nnodes itself"),

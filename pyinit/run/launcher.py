@@ -92,17 +92,16 @@ def torchrun_command(nodes: Nodes, nproc: int, config: RunConfig, status_dir: Pa
         # -P: the working directory stays off sys.path, so a checkout of pod-init
         # there cannot shadow the installed package (python -m would put it first).
         entry = ["--no-python", sys.executable, "-P", "-m", "pyinit.run.wrapper"]
-    # torchrun's folder per attempt and rank (its workers' error files): in the
-    # run folder, where it otherwise makes a new /tmp/torchelastic_* each run.
-    logs = [] if {"--log-dir", "--log_dir"} & {word.split("=", 1)[0] for word in
-                                                config.torchrun_options} else [
-        "--log-dir", str(status_dir.parent / "torchrun")]  # fmt: skip
     return [
         *AGENT_START, *preloads,
         "--nnodes", str(nodes.count),
         *store.torchrun_options(rendezvous, nodes.rank, config.join_timeout),
         "--nproc-per-node", str(nproc), "--max-restarts", str(config.max_restarts),
-        *logs, *config.torchrun_options,
+        # torchrun's folder per attempt and rank (its workers' error files) in the run
+        # folder: without it, torchrun leaves a new /tmp/torchelastic_* at every launch.
+        # Before --torchrun's words, so that a --log-dir there comes last and wins.
+        "--log-dir", str(status_dir.parent / "torchrun"),
+        *config.torchrun_options,
         *entry, str(status_dir), target.kind, target.name, *target.args,
     ]  # fmt: skip
 
