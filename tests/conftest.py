@@ -76,6 +76,11 @@ def run(cmd: list[str | os.PathLike], **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kwargs)
 
 
+def run_events(run_dir: Path) -> list[dict]:
+    """Every event of a run folder's log; a line that is not whole JSON fails the test."""
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+
+
 def run_json(cmd: list[str | os.PathLike]) -> tuple[int, dict]:
     proc = run(cmd)
     assert proc.stderr == "", proc.stderr

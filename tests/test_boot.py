@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_events
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "initramfs"))
@@ -334,7 +335,7 @@ def test_pid1_starts_a_warm_interpreter_beside_the_boot(training_images, tmp_pat
     assert end("warm start") >= end("device wait")
     assert rows["warm imports"]["start_s"] < end("warm start") or (
         rows["warm imports"]["start_s"] < rows["supervisor start"]["start_s"])  # fmt: skip
-    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    events = run_events(run_dir)
     starts = [i for i, e in enumerate(events) if e["event"] == "start"]
     events = events[starts[-1] :]  # the folder may hold an earlier boot's run too
     warm = next(e for e in events if e["event"] == "warm")

@@ -4,13 +4,13 @@ restarted worker group (inductor's C++ backend on CPU, two gloo ranks)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
 from conftest import BIN_DIR
+from conftest import run_events as events
 
 PYINIT = str(BIN_DIR / "pyinit")
 
@@ -38,10 +38,6 @@ for step in range(1, 6):
         os.kill(os.getpid(), signal.SIGKILL)
 dist.destroy_process_group()
 """
-
-
-def events(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
 
 
 @pytest.mark.slow

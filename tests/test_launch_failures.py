@@ -6,23 +6,18 @@ the script's own reach the terminal."""
 
 from __future__ import annotations
 
-import json
 import signal
 import socket
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
+from conftest import run_events as events
 
 
 def pyinit_run(pyinit_bin, *args, timeout=120) -> subprocess.CompletedProcess:
     return subprocess.run([pyinit_bin, "run", "--monitor-interval", "0", *args],
                           capture_output=True, text=True, timeout=timeout)  # fmt: skip
-
-
-def events(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
 
 
 def test_a_taken_port_is_one_line_and_nothing_starts(pyinit_bin, tmp_path):

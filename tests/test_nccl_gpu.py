@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_events
 
 from pyinit.nccl.timing import MULTICAST_OFF
 from pyinit.nvml import NvmlUnavailable, read_nvml
@@ -184,10 +185,7 @@ def test_pyinit_run_uses_the_cached_tuning(tmp_path: Path, pyinit_bin: Path):
     table = tmp_path / "run" / "nccl" / "nccl-tuning.json"
     assert f"pod-init tuner: {table}: 1 rules for NCCL {version}, {ranks} ranks" in log
     assert log.count("#wrong 0") == ranks
-    import json
-
-    lines = (tmp_path / "run" / "events.jsonl").read_text().splitlines()
-    events = [json.loads(line) for line in lines]
+    events = run_events(tmp_path / "run")
     used = [e for e in events if e.get("event") == "nccl_tuning"]
     assert used and used[0]["used"] is True and used[0]["key"] == tuning.key.id
 

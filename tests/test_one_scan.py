@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import run
+from conftest import run, run_events
 
 from pyinit import _native
 from pyinit.boot_state import current_boot_id
@@ -64,9 +64,7 @@ def test_a_run_scans_once_and_not_at_all_after_pid1(pod_init_bin, pyinit_bin, h2
 
     write_boot_state(state, h200x2_tree, pod_init_bin, current_boot_id())
     assert config_opens(command, h200x2_tree, tmp_path) == 0
-    events = [
-        json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()
-    ]
+    events = run_events(tmp_path / "run")
     assert [e["topology"] for e in events if e["event"] == "preflight"] == ["scan", "boot state"]
     # The NCCL files built from PID 1's scan are the ones a scan gives.
     assert (tmp_path / "run" / "nccl" / "nccl.env").read_text() == nccl_env

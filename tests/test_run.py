@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import EXAMPLE, NODES, TINY, node_addresses
+from conftest import run_events as events
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,10 +24,6 @@ ROOT = Path(__file__).resolve().parent.parent
 def pyinit_run(pyinit_bin, *args, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run([pyinit_bin, "run", *args], capture_output=True, text=True,
                           timeout=kwargs.pop("timeout", 240), **kwargs)  # fmt: skip
-
-
-def events(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
 
 
 def test_the_example_trains_on_cpu_and_the_loss_falls(pyinit_bin, shards, tmp_path):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import EXAMPLE, TINY
+from conftest import run_events as events
 from slurm_cluster import SlurmCluster
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -71,10 +72,6 @@ def processes(cluster: SlurmCluster, node: int) -> list[tuple[int, str]]:
         with contextlib.suppress(FileNotFoundError):
             found.append((int(pid), Path(f"/proc/{pid}/comm").read_text().strip()))
     return found
-
-
-def events(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
 
 
 def test_a_three_node_job_trains(pyinit_bin, shards, tmp_path):

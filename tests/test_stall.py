@@ -4,7 +4,6 @@ group ends (or restarts); two gloo ranks on CPU, rank 1 stopping at step 5."""
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import signal
@@ -15,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import NODES
+from conftest import NODES, run_events
 
 from pyinit.errors import EXIT_STALLED
 from pyinit.run.flight_recorder import read_flight_recorder
@@ -66,8 +65,7 @@ def run_job(pyinit_bin, tmp_path, how, *options):
 
 
 def events(tmp_path):
-    lines = (tmp_path / "run" / "events.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines]
+    return run_events(tmp_path / "run")
 
 
 @pytest.mark.slow
@@ -218,8 +216,7 @@ def test_a_stall_on_one_node_is_named_by_every_node(pyinit_bin, three_namespaces
     outputs = [p.communicate(timeout=240) for p in procs]
     for node, (proc, (_, err)) in enumerate(zip(procs, outputs, strict=True)):
         assert proc.returncode == EXIT_STALLED, f"node {node}: {err[-3000:]}"
-        lines = (tmp_path / three_namespaces[node] / "events.jsonl").read_text().splitlines()
-        log = [json.loads(line) for line in lines]
+        log = run_events(tmp_path / three_namespaces[node])
         # Node 2 finds its own rank outside any collective; nodes 0 and 1 only see
         # their ranks waiting, and learn the cause from node 2's liveness port.
         named = {(e["node"], rank) for e in log if e["event"] == "stall" for rank in e["causes"]}

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import BIN_DIR
+from conftest import run_events as events
 
 DETERMINISTIC = Path(__file__).parent / "data" / "deterministic_train.py"
 PYINIT = str(BIN_DIR / "pyinit")
@@ -69,10 +70,6 @@ def run(env: dict[str, str], run_dir: Path, *options: str, script_args: tuple[st
     return subprocess.run([PYINIT, "run", "--nproc-per-node", "2", "--run-dir", str(run_dir),
                            *options, "--", str(script), *script_args], env=env,
                           capture_output=True, text=True, timeout=240)  # fmt: skip
-
-
-def events(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
 
 
 def warm_event(run_dir: Path) -> dict:
