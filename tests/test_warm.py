@@ -308,6 +308,114 @@ def test_a_signal_to_a_warm_launched_run_ends_it_as_a_cold_one(warm_env, tmp_pat
     assert "Traceback" not in err
 
 
+# A stand-in for a warm interpreter still importing: it listens, then works
+# (spins) or is stuck (sleeps) for a while, then answers one request.
+IMPORTING_PEER = """
+import json, socket, struct, sys, time
+listener = socket.socket(socket.AF_UNIX)
+listener.bind(sys.argv[1])
+listener.listen(1)
+print("listening", flush=True)
+if sys.argv[2] == "stuck":
+    time.sleep(float(sys.argv[3]))
+end = time.monotonic() + float(sys.argv[3])
+while time.monotonic() < end:
+    pass
+conn, _ = listener.accept()
+def send(message):
+    body = json.dumps(message).encode()
+    conn.sendall(struct.pack("<I", len(body)) + body)
+send({"serving": True})
+(length,) = struct.unpack("<I", conn.recv(4, socket.MSG_WAITALL))
+send({"ok": True, "op": json.loads(conn.recv(length, socket.MSG_WAITALL))["op"]})
+"""
+
+
+@pytest.mark.parametrize("state", ["working", "stuck"])
+def test_a_request_waits_for_a_warm_interpreter_as_long_as_it_works(tmp_path, monkeypatch,
+                                                                      state):  # fmt: skip
+    """One still importing is waited for past the stall allowance while it
+    uses CPU; one that uses none is given up on after it, by pid."""
+    from pyinit.run.warm import client
+
+    monkeypatch.setattr(client, "STALL_S", 1.5)
+    path = str(tmp_path / "warm.sock")
+    with subprocess.Popen([sys.executable, "-c", IMPORTING_PEER, path, state, "4"],
+                          stdout=subprocess.PIPE, text=True) as peer:  # fmt: skip
+        assert peer.stdout.readline() == "listening\n"
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(path)
+            began = time.monotonic()
+            if state == "working":
+                assert client.exchange(sock, {"op": "status"}) == {"ok": True, "op": "status"}
+                assert time.monotonic() - began > 3
+            else:
+                with pytest.raises(TimeoutError) as stalled:
+                    client.exchange(sock, {"op": "status"})
+                assert stalled.value.strerror == f"pid {peer.pid} did not answer and used no " \
+                    "CPU for 1.5 s"  # fmt: skip
+                assert time.monotonic() - began < 4
+        peer.kill()
+
+
+GATED_PRELOAD = """
+import os, time
+while not os.path.exists(os.environ["GATE"]):
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_while_the_warm_interpreter_imports_ends_the_run_at_once(tmp_path, sig,
+                                                                            status):  # fmt: skip
+    """A run handed to a warm interpreter still importing waits for it,
+    and a signal ends that wait at once: one line, the shell's status, and
+    no agent started when the imports end."""
+    (tmp_path / "gated_preload.py").write_text(GATED_PRELOAD)
+    folder = tmp_path / "warm"
+    folder.mkdir(mode=0o700)
+    gate = tmp_path / "gate"
+    env = folder_env(folder, PYTHONPATH=str(tmp_path), GATE=str(gate))
+    started = start_warm(env, "--no-wait", "--preload", "gated_preload")
+    assert started.returncode == 0, started.stderr
+    try:
+        script = tmp_path / "mark.py"
+        script.write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n")
+        proc = subprocess.Popen([PYINIT, "run", "--nproc-per-node", "1", "--run-dir",
+                                 str(tmp_path / "run"), "--", str(script)], env=env,
+                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+        deadline = time.monotonic() + 120
+        while not spawned(tmp_path / "run"):
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        time.sleep(0.5)  # in the wait
+        began = time.monotonic()
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        assert time.monotonic() - began < 5
+        assert proc.returncode == status, err[-3000:]
+        name = signal.Signals(sig).name
+        assert f"pyinit run: {name} while the warm interpreter imported: nothing was started" \
+            in err.splitlines(), err[-3000:]  # fmt: skip
+        assert "Traceback" not in err
+        gate.touch()  # the imports end: the connection left behind is found closed
+        answer = warm_status(env)
+        assert (answer["launches"], answer["running"]) == (0, 0), answer
+        assert not (tmp_path / "ran").exists()
+    finally:
+        gate.touch()
+        stop_warm(env)
+
+
+def spawned(run_dir: Path) -> bool:
+    """Whether the run has logged its spawn (a line being written is skipped)."""
+    with contextlib.suppress(FileNotFoundError):
+        for line in (run_dir / "events.jsonl").read_text().splitlines(keepends=True):
+            if line.endswith("\n") and json.loads(line)["event"] == "spawn":
+                return True
+    return False
+
+
 def test_kill_9_of_a_warm_launched_run_leaves_nothing(warm_env, tmp_path):
     proc, pids = start_forever(warm_env, tmp_path)
     proc.kill()
@@ -475,6 +583,7 @@ def test_malformed_requests_are_refused_and_the_warm_interpreter_serves_on(warm_
     for packet in packets:
         with socket.socket(socket.AF_UNIX) as sock:
             sock.connect(path)
+            greeted(sock)
             sock.sendall(packet)
             answers.append(protocol.receive(sock)[0])
     assert answers[:3] == [None, None, None]  # unreadable: closed after a log line
@@ -489,13 +598,21 @@ def frame(body: bytes) -> bytes:
     return len(body).to_bytes(4, "little") + body
 
 
+def greeted(sock: socket.socket) -> None:
+    """The warm interpreter's first message read: it reads this connection."""
+    from pyinit.run.warm import protocol
+
+    assert protocol.receive(sock)[0] == protocol.GREETING
+
+
 def ask(path: str, packet: bytes, fds: list[int] = ()) -> dict | None:
-    """One packet to the warm interpreter; its answer (None: it closed)."""
+    """One packet to the warm interpreter once it greets; its answer (None: it closed)."""
     from pyinit.run.warm import protocol
 
     with socket.socket(socket.AF_UNIX) as sock:
         sock.settimeout(60)
         sock.connect(path)
+        greeted(sock)
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             socket.send_fds(sock, [packet], list(fds)) if fds else sock.sendall(packet)
             sock.shutdown(socket.SHUT_WR)
@@ -556,6 +673,7 @@ def test_silent_peers_hold_up_nobody(own_warm):
             silent.append(sock)
         serves(own_warm)
         for sock in silent:  # not dropped yet: the answer did not wait for their deadlines
+            greeted(sock)
             sock.setblocking(False)
             with pytest.raises(BlockingIOError):
                 sock.recv(1)

@@ -330,11 +330,18 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
 
         log.write("spawn", command=plan.command,
                   seconds_since_start=round(boottime() - plan.entered, 4))  # fmt: skip
-        warm = None if config.cold else _hand_over(plan, out)
-        warm_ended = ""
+        warm, warm_ended, code = None, "", None
+        if not config.cold:
+            try:
+                warm = _hand_over(plan, out)
+            except client.Interrupted as interrupted:
+                on_signal(interrupted.signal)
+                code = 128 + interrupted.signal
+                print(f"pyinit run: {interrupted} while the warm interpreter imported: nothing "
+                      "was started", file=out)  # fmt: skip
         if warm is not None:
             code, warm_ended = _relay(warm, forwarded, on_signal, on_tick, log, out)
-        else:
+        elif code is None:
             code = _native.supervise(
                 guarded(config.pod_init, plan.command), plan.env, grace_s=ESCALATE_AFTER_S,
                 on_signal=on_signal, on_tick=on_tick, tick_s=0.25,
@@ -386,7 +393,7 @@ def _hand_over(plan: Plan, out: IO[str]) -> client.WarmLaunch | None:
     store_fd = plan.rendezvous.listening.fileno() if plan.rendezvous.listening else None
     env = {k: v for k, v in plan.env.items() if k != store.FD_ENV}
     warm = client.hand_over(plan.command[len(AGENT_START) :], env, plan.preloads, store_fd,
-                            store.FD_ENV)  # fmt: skip
+                            store.FD_ENV, _taken_stop)  # fmt: skip
     if isinstance(warm, str):
         print(f"pyinit run: starting cold: {warm}", file=out)
         plan.log.write("warm", used=False, reason=warm)
@@ -402,6 +409,16 @@ def _hand_over(plan: Plan, out: IO[str]) -> client.WarmLaunch | None:
     return warm
 
 
+def _taken_stop() -> int:
+    """A TERM, INT or HUP that came (blocked, so pending) while the launch
+    waited for its warm interpreter, taken so that nothing forwards it
+    later; 0 when none came."""
+    if not signal.sigpending() & set(client.ESCALATING):
+        return 0
+    info = signal.sigtimedwait(client.ESCALATING, 0)
+    return info.si_signo if info is not None else 0
+
+
 def _start_warm(config: RunConfig, log: EventLog, out: IO[str]) -> None:
     """A warm interpreter with this run's preloads, unless one runs already:
     started, not waited for. This launch is handed to it (waiting for its
@@ -409,7 +426,9 @@ def _start_warm(config: RunConfig, log: EventLog, out: IO[str]) -> None:
     next. Said every time when asked (--keep-warm), the first time only when
     not (a mark in the socket's folder)."""
     try:
-        if client.request("status") is not None:
+        running = client.connect()  # bound, whether or not its imports are done
+        if running is not None:
+            running.close()
             return
         # pyinit run's own environment: the run's additions are per launch.
         code, said = client.start(config.preloads, protocol.DEFAULT_IDLE_TIMEOUT_S,

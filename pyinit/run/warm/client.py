@@ -6,6 +6,7 @@ every launch's path."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import resource
 import select
@@ -21,8 +22,13 @@ from typing import Any
 
 from pyinit.run.warm import protocol
 
-# Long enough for a warm interpreter still importing (a run that came first).
-ANSWER_TIMEOUT_S = 120.0
+# A warm interpreter still importing (one a run that came first started, or one
+# starting beside a slow boot) answers once its imports end, however long they
+# take: a request waits as long as it works, and gives up when it has used no
+# CPU for STALL_S (stuck), or at once when it has ended.
+STALL_S = 60.0
+POLL_S = 0.2  # also how soon a signal that ends the launch ends the wait
+REST_S = 30.0  # for the rest of a message once its first bytes came, and to send one
 LIMITS = ("RLIMIT_NOFILE", "RLIMIT_NPROC", "RLIMIT_CORE", "RLIMIT_STACK", "RLIMIT_MEMLOCK",
           "RLIMIT_AS", "RLIMIT_DATA", "RLIMIT_FSIZE", "RLIMIT_CPU", "RLIMIT_NICE", "RLIMIT_RTPRIO",
           "RLIMIT_SIGPENDING", "RLIMIT_MSGQUEUE", "RLIMIT_LOCKS", "RLIMIT_RSS")  # fmt: skip
@@ -31,6 +37,15 @@ ESCALATING = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 class WarmEnded(Exception):
     """The warm interpreter went away during the run: one line saying so."""
+
+
+class Interrupted(Exception):
+    """A signal that ends the launch came while it waited for the warm
+    interpreter (still importing): nothing was started."""
+
+    def __init__(self, sig: int):
+        super().__init__(signal.Signals(sig).name)
+        self.signal = sig
 
 
 @dataclass
@@ -75,21 +90,84 @@ def request(op: str, environ: Mapping[str, str] = os.environ) -> dict[str, Any] 
     if sock is None:
         return None
     with sock:
-        sock.settimeout(ANSWER_TIMEOUT_S)
         try:
-            protocol.send(sock, {"op": op})
-            answer, _ = protocol.receive(sock)
+            return exchange(sock, {"op": op})
         except (ConnectionResetError, BrokenPipeError):
             return None  # it closed its socket while stopping
+
+
+def exchange(sock: socket.socket, message: dict[str, Any], fds: Sequence[int] = (),
+             stop_waiting: Callable[[], int] | None = None) -> dict[str, Any] | None:  # fmt: skip
+    """`message` (with `fds`) sent to the warm interpreter at the other end
+    of `sock` once it greets this connection, and its answer; None when it
+    closed the connection (its refusal when it refused it unread).
+    TimeoutError when it stalled (STALL_S); Interrupted when `stop_waiting`
+    names a signal while it waits; OSError and ValueError as the socket and
+    protocol.receive raise them."""
+    peer = _Peer(sock, stop_waiting)
+    peer.wait()
+    sock.settimeout(REST_S)
+    greeting, _ = protocol.receive(sock)
+    if greeting != protocol.GREETING:
+        return greeting
+    protocol.send(sock, message, fds)
+    peer.wait()
+    answer, _ = protocol.receive(sock)
     return answer
 
 
+class _Peer:
+    """The warm interpreter at the other end of a connection (while its
+    imports run, the connection waits in its listening socket's queue),
+    watched for progress by its CPU time."""
+
+    def __init__(self, sock: socket.socket, stop_waiting: Callable[[], int] | None):
+        self.sock = sock
+        self.stop_waiting = stop_waiting
+        self.pid = protocol.peer_pid(sock)
+        self.cpu = _cpu_ticks(self.pid)
+        self.since = time.monotonic()
+
+    def wait(self) -> None:
+        """Returns once the peer has said something, or closed; TimeoutError
+        when it made no progress for STALL_S; Interrupted as `stop_waiting`
+        says."""
+        poller = select.poll()
+        poller.register(self.sock, select.POLLIN)
+        while not poller.poll(POLL_S * 1000):
+            sig = self.stop_waiting() if self.stop_waiting else 0
+            if sig:
+                raise Interrupted(sig)
+            cpu, now = _cpu_ticks(self.pid), time.monotonic()
+            if cpu is not None and cpu != self.cpu:
+                self.cpu, self.since = cpu, now
+            elif now - self.since >= STALL_S:
+                whom = f"pid {self.pid}" if self.pid else "its process"
+                raise TimeoutError(errno.ETIMEDOUT, f"{whom} did not answer and used no CPU "
+                                                    f"for {STALL_S:g} s")  # fmt: skip
+
+
+def _cpu_ticks(pid: int) -> int | None:
+    """User and system CPU time of `pid` in clock ticks; None when it cannot
+    be seen (ended, or in a pid namespace hidden from this one)."""
+    if pid <= 0:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rpartition(b")")[2].split()
+    except OSError:
+        return None
+    return int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of proc(5)
+
+
 def hand_over(args: Sequence[str], env: Mapping[str, str], preloads: Sequence[str],
-              store_fd: int | None, store_env: str) -> WarmLaunch | str | None:  # fmt: skip
+              store_fd: int | None, store_env: str,
+              stop_waiting: Callable[[], int]) -> WarmLaunch | str | None:  # fmt: skip
     """The agent (`args` as pyinit.run.agent takes them) started by the warm
     interpreter with this process's standard streams, folder, umask, limits
     and affinity and `env`; the reason in one line when it would not serve
-    this launch; None when no warm interpreter runs."""
+    this launch; None when no warm interpreter runs. Interrupted when
+    `stop_waiting` names a signal before the agent was started."""
     try:
         sock = connect(env)
     except OSError as error:
@@ -114,12 +192,14 @@ def hand_over(args: Sequence[str], env: Mapping[str, str], preloads: Sequence[st
     }  # fmt: skip
     fds = stdio + ([store_fd] if store_fd is not None else [])
     try:
-        sock.settimeout(ANSWER_TIMEOUT_S)
-        protocol.send(sock, launch, fds)
-        answer, _ = protocol.receive(sock)
+        answer = exchange(sock, launch, fds, stop_waiting)
+    except Interrupted:
+        sock.close()  # a request read after this starts an agent that ends at once
+        raise
     except (OSError, ValueError) as error:
         sock.close()
-        return f"the warm interpreter did not answer ({error})"
+        said = error.strerror if isinstance(error, OSError) and error.strerror else error
+        return f"the warm interpreter did not answer ({said})"
     if answer is None:
         sock.close()
         return "the warm interpreter closed the connection"

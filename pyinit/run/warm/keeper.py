@@ -71,12 +71,16 @@ def keep(channel: socket.socket, server: int, set_by_import: dict[str, str],
     # What the imports set in the environment, they would have set in a fresh start.
     request["env"] = {**set_by_import, **request["env"]}
     forked_at = boottime()
+    try:
+        protocol.send(conn, {"ok": True, "pid": agent, "forked_at": forked_at,
+                             "warm_pid": server, "imported": list(imported)})  # fmt: skip
+    except OSError:  # the caller gave up waiting (a signal): its agent never starts
+        _native.end_children(0)
+        return 1
     protocol.send(to_agent, request, fds[1:])
     for fd in fds[1:]:
         os.close(fd)
     to_agent.close()
-    protocol.send(conn, {"ok": True, "pid": agent, "forked_at": forked_at, "warm_pid": server,
-                         "imported": list(imported)})  # fmt: skip
     return relay(conn, agent, server, wakeup)
 
 

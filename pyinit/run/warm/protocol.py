@@ -29,6 +29,10 @@ NOTED_NAME = "noted"
 MAX_MESSAGE = 16 << 20  # an environment and argv fit many times over
 HEADER = struct.Struct("<I")
 MAX_FDS = 8
+# The warm interpreter's first message on a connection it will read: it has
+# accepted it, so its imports are done. A request's descriptors are sent after
+# it: in a queued connection they would hold the caller's pipes open.
+GREETING = {"serving": True}
 DEFAULT_IDLE_TIMEOUT_S = 1800.0
 # The signals pyinit run forwards to its agent, warm or cold.
 FORWARDED = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
@@ -89,10 +93,15 @@ def socket_error(error: OSError, operation: str, path: Path) -> OSError:
     return OSError(number, f"{operation}: {error.strerror or error}", str(path))
 
 
-def send(sock: socket.socket, message: Mapping[str, Any], fds: Sequence[int] = ()) -> None:
-    """One message: its length, then JSON; descriptors travel with the first bytes."""
+def encode(message: Mapping[str, Any]) -> bytes:
+    """One message as it travels: its length, then JSON."""
     data = json.dumps(message).encode()
-    packet = HEADER.pack(len(data)) + data
+    return HEADER.pack(len(data)) + data
+
+
+def send(sock: socket.socket, message: Mapping[str, Any], fds: Sequence[int] = ()) -> None:
+    """One message; descriptors travel with its first bytes."""
+    packet = encode(message)
     if fds:
         sent = socket.send_fds(sock, [packet], list(fds))
         if sent < len(packet):  # an empty sendall still writes: EPIPE once the peer is done
@@ -149,8 +158,20 @@ def decode(body: bytes | bytearray) -> dict[str, Any]:
 
 def peer_uid(sock: socket.socket) -> int:
     """The connected process's uid, from the kernel (SO_PEERCRED)."""
+    return _peer_credentials(sock)[1]
+
+
+def peer_pid(sock: socket.socket) -> int:
+    """The pid of the process at the other end (for a connection not yet
+    accepted, the one listening); 0 when it is in a pid namespace this
+    process cannot see."""
+    return _peer_credentials(sock)[0]
+
+
+def _peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """pid, uid and gid of the peer, from the kernel (SO_PEERCRED)."""
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[1]
+    return struct.unpack("3i", creds)
 
 
 NAMESPACES = ("mnt", "net", "pid", "ipc", "uts", "user", "cgroup")

@@ -169,7 +169,7 @@ def _reap(warm: Warm) -> None:
 
 def _accept_all(channels: Channels) -> None:
     """Every connection waiting, refused unless it is this user's (before a
-    byte is read), else read as its bytes come."""
+    byte is read), else greeted and read as its bytes come."""
     while True:
         try:
             conn, _ = channels.listener.accept()
@@ -183,6 +183,13 @@ def _accept_all(channels: Channels) -> None:
             continue
         uid = protocol.peer_uid(conn)
         if uid == os.geteuid():
+            try:
+                # Before this, the peer only knows it is queued (the imports may still
+                # run): it sends its request, and the descriptors in it, only now.
+                protocol.send(conn, protocol.GREETING)
+            except OSError:  # gone already (a probe)
+                conn.close()
+                continue
             channels.intake.add(conn)
             continue
         # Before reading a byte: another user's process learns nothing but this.
