@@ -63,6 +63,10 @@ PARENT_CHECK_EVERY = 64  # files between looks at whether the parent is still th
 # script's own compile in milliseconds; an environment installed without any
 # has thousands (2,500 for torch and torch._dynamo).
 WORTH_KEEPING = 100
+# For a command's own process, source compiled at every start before its
+# bytecode is worth keeping: a health check that imports nvidia-ml-py (330 KB
+# of source in one module) compiled it in about 60 ms on an H200 host.
+WORTH_KEEPING_BYTES = 256 << 10
 
 
 def folder(environ: Mapping[str, str] = os.environ) -> Path | None:
@@ -122,15 +126,10 @@ def fill_later(
     import tempfile
 
     imported = sources(modules)
-    if sum(not os.path.exists(beside(source)) for source in imported) < worth:
+    if len(without_bytecode(imported)) < worth:
         return None
-    try:
-        cache = folder(environ)
-        if cache is None:
-            return None
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        private_folder.checked(cache, create=True, what=WHAT)
-    except (OSError, InputError):  # said by every command's use()
+    cache = made_folder(environ)
+    if cache is None:
         return None
     order = {"imported": imported, "packages": packages(modules)}
     with tempfile.TemporaryFile() as listing:
@@ -139,6 +138,45 @@ def fill_later(
         return subprocess.Popen([sys.executable, "-P", "-m", __name__, str(cache)],
                                 stdin=listing, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)  # fmt: skip
+
+
+def keep_imported(modules: Mapping[str, ModuleType] = sys.modules,
+                  environ: Mapping[str, str] = os.environ) -> None:  # fmt: skip
+    """For a command run without the cache (not ready for this environment):
+    when at least WORTH_KEEPING_BYTES of what it imported has no bytecode
+    beside it, that bytecode written to the cache here, in this process, and
+    the cache marked ready. A health check run every minute pays the
+    compile once, not at every start; a launch later fills in the rest."""
+    imported = sources(modules)
+    lacking = 0
+    for source in without_bytecode(imported):
+        with contextlib.suppress(OSError):
+            lacking += os.stat(source).st_size
+    if lacking < WORTH_KEEPING_BYTES:
+        return
+    cache = made_folder(environ)
+    if cache is not None:
+        fill(cache, imported, (), os.getppid())
+
+
+def without_bytecode(imported: Iterable[str]) -> list[str]:
+    """The sources without bytecode beside them: after their import, Python
+    could not or would not write it there."""
+    return [source for source in imported if not os.path.exists(beside(source))]
+
+
+def made_folder(environ: Mapping[str, str]) -> Path | None:
+    """The cache's folder, made if missing; None when there is none (off,
+    or a folder that is refused, which every command's use() has said)."""
+    try:
+        cache = folder(environ)
+        if cache is None:
+            return None
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        private_folder.checked(cache, create=True, what=WHAT)
+    except (OSError, InputError):
+        return None
+    return cache
 
 
 def end(filler: subprocess.Popen[bytes] | None) -> None:

@@ -220,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
         if cache is not None:
             bytecode.fill_missing()
+        else:
+            bytecode.keep_imported()
         return status
     except KeyboardInterrupt:
         print("pyinit: interrupted", file=sys.stderr)
