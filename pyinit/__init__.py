@@ -27,9 +27,9 @@ __all__ = [
 # of them until they are needed.
 _LAZY = {
     **dict.fromkeys(
-        ("Acs", "Bar", "Bar0", "Device", "Finding", "Link", "Matrix", "Topology", "scan"),
-        "pyinit.topology",
+        ("Acs", "Bar", "Bar0", "Device", "Link", "Matrix", "Topology", "scan"), "pyinit.topology"
     ),
+    "Finding": "pyinit.finding",
     **dict.fromkeys(("NvmlUnavailable", "NvmlView", "read_nvml"), "pyinit.nvml"),
     "DirectReader": "pyinit.io",
     "aligned_empty": "pyinit.io",

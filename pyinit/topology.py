@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pyinit import _native
+from pyinit.finding import Finding
 from pyinit.jsonfile import read_input_text
+from pyinit.pci_scan import scan_native
 
 if TYPE_CHECKING:
     from pyinit.nvml import NvmlView
@@ -98,14 +100,6 @@ class Matrix:
         i, j = self.devices.index(a), self.devices.index(b)
         links = self.nvlinks[i][j] if self.nvlinks else 0
         return f"NV{links}" if links else self.rows[i][j]
-
-
-@dataclass(frozen=True)
-class Finding:
-    severity: str  # info, warning, error
-    code: str
-    device: str
-    message: str
 
 
 @dataclass(frozen=True)
@@ -200,13 +194,7 @@ def scan(
     when the tree has no readable ``bus/pci/devices``; everything else that is
     wrong with the tree is reported in ``findings``.
     """
-    if expect_gpus is not None and expect_gpus < 0:
-        raise ValueError(f"expect_gpus must be >= 0, got {expect_gpus}")
-    # Bytes: a path that is not UTF-8 (argv decodes it with surrogate escapes) still names it.
-    native = _native.scan_topology(
-        os.fsencode(sysfs_root), -1 if expect_gpus is None else expect_gpus, probe_bar0
-    )
-    return from_native(native, nvml)
+    return from_native(scan_native(sysfs_root, expect_gpus, probe_bar0), nvml)
 
 
 def load(path: str | os.PathLike[str], expect_gpus: int | None = None) -> Topology:

@@ -14,7 +14,8 @@ PACKAGE = ROOT / "pyinit"
 LAYERS = [
     ["pyinit", "pyinit._native", "pyinit.errors", "pyinit.extras", "pyinit.argtypes",
      "pyinit.jsonfile", "pyinit.phases", "pyinit.plotting"],
-    ["pyinit.nvml", "pyinit.io", "pyinit.boot_state", "pyinit.health.xid"],
+    ["pyinit.nvml", "pyinit.io", "pyinit.boot_state", "pyinit.health.xid", "pyinit.finding",
+     "pyinit.pci_scan"],
     ["pyinit.topology"],
     ["pyinit.health", "pyinit.data", "pyinit.checkpoint", "pyinit.nccl", "pyinit.monitor",
      "pyinit.runlog"],

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pyinit.topology import Finding
+from pyinit.finding import Finding
 
 
 def gpu_health(view: Any, scanned: Sequence[Finding] = ()) -> list[Finding]:

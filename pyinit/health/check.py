@@ -58,11 +58,12 @@ class Problem:
 
 
 def probe_topology(args: argparse.Namespace) -> list[Problem]:
-    from pyinit.topology import scan
+    from pyinit.finding import scan_findings
+    from pyinit.pci_scan import scan_native
 
-    topo = scan(args.sysfs_root, expect_gpus=args.expect_gpus, probe_bar0=False)
+    native = scan_native(args.sysfs_root, expect_gpus=args.expect_gpus, probe_bar0=False)
     return [Problem(SEVERITY_STATE[f.severity], "topology", f.code, f.device, f.message)
-            for f in topo.findings if f.severity in SEVERITY_STATE]  # fmt: skip
+            for f in scan_findings(native) if f.severity in SEVERITY_STATE]  # fmt: skip
 
 
 def probe_nvml(args: argparse.Namespace) -> list[Problem]:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from pyinit import _native
 from pyinit.errors import InputError
 from pyinit.jsonfile import read_input
+from pyinit.pci_scan import scan_native
 
 if TYPE_CHECKING:  # the tables' module (statistics, hashing) only when a tuning is made,
     from pyinit.nccl.tuning import Tuning  # NVML's only when its view is read
@@ -108,8 +109,7 @@ def configure(
     ``OSError`` when a file cannot be read.
     """
     # The core's scan as it is: the plan reads nothing of the Python view.
-    native = (topology._native if topology is not None else
-              _native.scan_topology(os.fsencode(sysfs_root), -1, False))  # fmt: skip
+    native = topology._native if topology is not None else scan_native(sysfs_root, None, False)
     if nodes is None and (hostfile or node is not None):
         nodes = load_nodes(hostfile or "", dns=dns, node=node)  # the core checks the pair
     env = os.environ if environment is None else environment
