@@ -434,6 +434,17 @@ def test_every_dtype_round_trips_bit_exact_by_every_path(folder, small_blocks):
     assert bit_equal(tensors, checkpoint.load(path))
 
 
+@pytest.mark.parametrize(("cores", "readers"), [(1, 4), (8, 4), (12, 6), (16, 8), (224, 8)])
+def test_a_device_load_reads_with_a_thread_per_two_cores_it_may_use(monkeypatch, cores, readers):
+    """A reader reads and checksums about 2.5 GB/s from memory on one core:
+    the cores the process may run on (its affinity, not the machine's count)
+    set how many, within 4 and 8."""
+    from pyinit.checkpoint import staging
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
+    assert staging.load_readers() == readers
+
+
 def test_a_staged_save_hands_the_writer_every_byte_with_each_tensors_crc(folder, small_blocks):
     """The device save's drain, fed CPU tensors: block by block, the same
     bytes in the same order, and each tensor's CRC-32C."""

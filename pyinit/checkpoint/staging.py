@@ -2,9 +2,9 @@
 (page-locked, so copies run on the GPU's copy engines while the disk works)
 where CUDA is, page-aligned (so O_DIRECT reads land in them) everywhere.
 
-A load reads aligned windows of the files into free blocks, ``READERS`` at a
-time (each thread its own reader and ring); the thread that read a window
-takes its parts' CRCs at once, while the bytes are still in the CPU's cache,
+A load reads aligned windows of the files into free blocks, a reader thread
+per two cores (4 to 8) at a time, each its own reader and ring; the thread
+that read a window takes its parts' CRCs at once, while the bytes are still in the CPU's cache,
 and the calling thread copies every window's part of each tensor into that
 tensor, allocated on its device. A reader thread waits for the copies out of
 a block before it reads into it again, so the calling thread never waits for
@@ -17,6 +17,7 @@ blocks', whatever the checkpoint's size.
 from __future__ import annotations
 
 import errno
+import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -29,12 +30,14 @@ import torch
 from pyinit.io import DirectReader, aligned_empty, crc32c, crc32c_combine
 
 BLOCK_BYTES = 16 << 20  # one read or one write: 16 of the ring's 1 MiB pieces
-BLOCKS = 8  # four being read, four being copied out of
-# Reads in flight, each its own thread and ring. On an H200 host, from the
-# page cache (the pipeline's own ceiling, what a node of many NVMe drives
-# would need): 8.7 GB/s with 2 readers of 32 MiB blocks, 10.0 with 4 of 16
-# MiB, the same 128 MiB of blocks; from its one virtio disk 2.41 and 2.21.
-READERS = 4
+BLOCKS = 8  # a load's being read into or copied out of; a save's being copied into or written
+# A device load's reader threads: each reads and checksums one window at a time
+# into a free block. A reader moves about 2.5 GB/s from memory on an H200
+# host's core, so the pipeline's own ceiling (a page-cached file: what a node
+# of many NVMe drives needs) grows with them: 5.4 GB/s with 2 readers, 10.1
+# with 4, 13.0 with 6, 16.0 with 8 (bench/NOTES.md). Half the cores this
+# process may run on, within these bounds.
+MIN_READERS, MAX_READERS = 4, 8
 ALIGN = 4096  # O_DIRECT's offset and length unit on the filesystems checkpoints live on
 
 
@@ -55,6 +58,11 @@ def staging_bytes() -> int:
     """The host memory a device load or save holds (the save's writer
     included): the bound the benchmark checks."""
     return BLOCK_BYTES * BLOCKS + WRITER_DEPTH * (1 << 20)
+
+
+def load_readers() -> int:
+    """Half the cores this process may run on, within MIN_READERS and MAX_READERS."""
+    return min(MAX_READERS, max(MIN_READERS, len(os.sched_getaffinity(0)) // 2))
 
 
 def block(pinned: bool, nbytes: int = 0) -> torch.Tensor:
@@ -289,7 +297,7 @@ def fill(paths: Sequence[str], sizes: Sequence[int], pieces: Sequence[Piece], ch
     # Each key's pieces in file order: (length, CRC-32C).
     parts: dict[int, list[tuple[int, int]]] = {}
     reading: deque[tuple[Window, Held, Future[tuple[int, list[int]]]]] = deque()
-    with ThreadPoolExecutor(READERS, thread_name_prefix="pyinit-checkpoint-read") as pool:
+    with ThreadPoolExecutor(load_readers(), thread_name_prefix="pyinit-checkpoint-read") as pool:
         try:
             upcoming = iter(plan)
 
