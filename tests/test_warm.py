@@ -100,6 +100,7 @@ model(torch.randn(2, 4)).sum().backward()
 optimizer.step()
 heavy = ("torch._dynamo", "torch._inductor", "torch.fx", "sympy")
 print(sorted(m for m in set(sys.modules) - before if m.startswith(heavy)))
+dist.destroy_process_group()  # else gloo's threads may abort the interpreter's end
 """
     result = subprocess.run([sys.executable, "-P", "-c", script], capture_output=True, text=True,
                             timeout=120)  # fmt: skip
@@ -126,6 +127,7 @@ optimizer = torch.optim.AdamW(model.parameters())
 model(torch.randn(2, 8)).sum().backward()
 optimizer.step()
 print(json.dumps(sorted(set(sys.modules) - before)))
+dist.destroy_process_group()  # else gloo's threads may abort the interpreter's end
 """
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
     result = subprocess.run([sys.executable, "-P", "-c", script], capture_output=True, text=True,
