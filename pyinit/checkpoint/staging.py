@@ -4,9 +4,9 @@ where CUDA is, page-aligned (so O_DIRECT reads land in them) everywhere.
 
 A load reads aligned windows of the files into free blocks, a reader thread
 per two cores (4 to 8) at a time, each its own reader and ring; the thread
-that read a window takes its parts' CRCs at once, while the bytes are still in the CPU's cache,
-and the calling thread copies every window's part of each tensor into that
-tensor, allocated on its device. A reader thread waits for the copies out of
+that read a window takes its parts' CRCs at once, while the bytes are still
+in the CPU's cache, and the calling thread copies every window's part of
+each tensor into that tensor, allocated on its device. A reader thread waits for the copies out of
 a block before it reads into it again, so the calling thread never waits for
 a copy or a CRC. A save copies the tensors' bytes
 into blocks in file order, and writes a block once its copies have run, while

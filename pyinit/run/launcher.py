@@ -413,8 +413,6 @@ def _taken_stop() -> int:
     """A TERM, INT or HUP that came (blocked, so pending) while the launch
     waited for its warm interpreter, taken so that nothing forwards it
     later; 0 when none came."""
-    if not signal.sigpending() & set(client.ESCALATING):
-        return 0
     info = signal.sigtimedwait(client.ESCALATING, 0)
     return info.si_signo if info is not None else 0
 

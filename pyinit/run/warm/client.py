@@ -194,7 +194,7 @@ def hand_over(args: Sequence[str], env: Mapping[str, str], preloads: Sequence[st
     try:
         answer = exchange(sock, launch, fds, stop_waiting)
     except Interrupted:
-        sock.close()  # a request read after this starts an agent that ends at once
+        sock.close()  # found closed: no greeting is answered, no agent is handed the launch
         raise
     except (OSError, ValueError) as error:
         sock.close()

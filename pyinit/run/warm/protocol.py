@@ -93,15 +93,10 @@ def socket_error(error: OSError, operation: str, path: Path) -> OSError:
     return OSError(number, f"{operation}: {error.strerror or error}", str(path))
 
 
-def encode(message: Mapping[str, Any]) -> bytes:
-    """One message as it travels: its length, then JSON."""
-    data = json.dumps(message).encode()
-    return HEADER.pack(len(data)) + data
-
-
 def send(sock: socket.socket, message: Mapping[str, Any], fds: Sequence[int] = ()) -> None:
-    """One message; descriptors travel with its first bytes."""
-    packet = encode(message)
+    """One message: its length, then JSON; descriptors travel with the first bytes."""
+    data = json.dumps(message).encode()
+    packet = HEADER.pack(len(data)) + data
     if fds:
         sent = socket.send_fds(sock, [packet], list(fds))
         if sent < len(packet):  # an empty sendall still writes: EPIPE once the peer is done
