@@ -680,6 +680,21 @@ def test_io_benchmark_runs_beside_fio(tmp_path, pyinit_bin):
             "8k-randread-qd4-j2-stream",
         ),
         (["--rw", "read", "--bs", "64k", "--iodepth", "2", "--api", "batch"], "64k-read-qd2-batch"),
+        (
+            [
+                "--rw",
+                "randread",
+                "--bs",
+                "4k",
+                "--iodepth",
+                "8",
+                "--numjobs",
+                "2",
+                "--api",
+                "stream-batch",
+            ],
+            "4k-randread-qd8-j2-stream-batch",
+        ),
     ],
 )
 def test_io_benchmark_fio_knobs_match_fios_own_job(tmp_path, pyinit_bin, knobs, name):

@@ -53,7 +53,7 @@ from pyinit.io import DirectReader
 from pyinit.jsonfile import write_json
 from pyinit.plotting import human_bytes, pyplot, save_figure
 
-APIS = ("read", "batch", "async", "stream")
+APIS = ("read", "batch", "async", "stream", "stream-batch")
 
 
 @dataclass(frozen=True)
@@ -233,14 +233,17 @@ def run_job(
         pending.result()
         return count + pattern.depth, [], [reader.stats()]
     stream_stats = []
+    # "stream-batch": `depth` rows an item, one Python object a batch instead of a row.
+    batch = pattern.depth if pattern.api == "stream-batch" else None
     while clock() < deadline:
         # Long streams: the queue drains only at the end of each.
-        with reader.stream(offsets(1 << 16), pattern.block_size, depth=pattern.depth) as rows:
-            for _ in rows:
-                count += 1
+        with reader.stream(offsets(1 << 16), pattern.block_size, depth=pattern.depth,
+                           batch=batch) as items:  # fmt: skip
+            for item in items:
+                count += len(item) if batch else 1
                 if count % 64 == 0 and clock() > deadline:
                     break
-            stream_stats.append(rows.stats())
+            stream_stats.append(items.stats())
     return count, [], stream_stats
 
 
