@@ -449,6 +449,11 @@ def test_stream_across_files_and_the_page_cache(data_file):
     second = path.with_name("stream-reversed.bin")
     second.write_bytes(content[::-1])
     try:
+        # Written back first: a page the flusher holds locked at that moment
+        # would fail the copy's RWF_NOWAIT and be read directly instead.
+        for written in (path, second):
+            with open(written, "rb") as f:
+                os.fsync(f.fileno())
         offsets, files = np.array([5, 9000, 70_000, 3]), np.array([1, 0, 1, 0])
         with DirectReader([path, second], page_cache=True) as r:
             stream = r.stream(offsets, 2050, files=files)
