@@ -154,6 +154,8 @@ BAD_INPUT = [
     (["pyinit", "bench", "io", "--rw", "write", "{tmp}"], {}, 2, "--rw: invalid choice: 'write'"),
     (["pyinit", "bench", "io", "--iodepth", "4", "--api", "read", "{tmp}"], {}, 2,
      "--api read makes one IO per call"),
+    (["pyinit", "bench", "io", "--api", "stream-batch", "--iodepth", "8", "{empty}"],
+     {"empty": b""}, 2, "holds 0 bytes, less than one 4096-byte block"),
     (["pyinit", "bench", "checkpoint", "--dir", "{tmp}/missing"], {}, 2, "no such folder"),
     (["pyinit", "bench", "checkpoint", "--size", "1K"], {}, 2, "--size: must be"),
     (["pyinit", "bench", "checkpoint", "--device", "tpu:0"], {}, 2, "--device tpu:0: not a device"),

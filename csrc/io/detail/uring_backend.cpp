@@ -136,8 +136,8 @@ class UringBackend : public IoBackend {
     // and its wake-up cost more than a fast read takes (on the 16-CPU H200
     // machine, QD1 went from 1.04-1.16x fio's latency to 0.88-0.96x). With
     // more in flight the next completion is near anyway, and four readers at
-    // depth 32 that polled reached 0.89-0.91x of fio's four jobs, against
-    // 0.93-0.99x sleeping as fio does. On two CPUs the poll takes the CPU the
+    // depth 32 that polled reached 0.89-0.97x of fio's four jobs, against
+    // 0.93-1.03x sleeping as fio does. On two CPUs the poll takes the CPU the
     // completion path needs: never there.
     if (poll_ns_ > 0 && outstanding_ == 1) {
       uint64_t deadline = monotonic_ns() + poll_ns_;
