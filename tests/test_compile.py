@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,8 @@ def test_the_compile_is_phases_and_a_restart_finds_inductors_cache(tmp_path):
             inductor = mine["compile: inductor"]
             assert first_forward["start"] <= inductor["start"] <= inductor["end"]
             assert inductor["end"] <= first_forward["end"] + 1e-6
+            # On the CPU the patterns stay inside the compile (pyinit.run.pattern_setup).
+            assert "compile: pattern set-up" not in mine
     # The agent imported the compile set once the first compile began, so the
     # restarted workers were forked with it (the first, cold, were not).
     starts = {(e["attempt"], e["rank"]): e["compile_loaded"] for e in log
@@ -82,6 +85,9 @@ def test_the_compile_is_phases_and_a_restart_finds_inductors_cache(tmp_path):
         # torch's DDP optimizer splits the graph at the buckets, and AOTAutograd
         # will not cache the pieces: the timeline names them.
         assert again["aot_cache_bypasses"] >= 1
+        assert first["pattern_setups"] == again["pattern_setups"] == 1
+        # The device each rank compiled for, for a GPU job's restart.
+        assert (run_dir / "status" / f"compile-device-{rank}").read_text() == "cpu"
     timeline = subprocess.run([PYINIT, "timeline", str(run_dir)], capture_output=True, text=True,
                               timeout=60)  # fmt: skip
     assert timeline.returncode == 0, timeline.stderr
@@ -211,3 +217,46 @@ def test_the_first_forward_is_timed_without_a_hook_dynamo_would_trace(tmp_path, 
     own = run("own", "--own-hook")
     assert own.returncode == 0, own.stderr[-3000:]
     assert "when there are global hooks on modules" in own.stderr
+
+
+# PatternSetup on its own, for the CPU (where pyinit run never starts it, but
+# torch sets the patterns up the same way): a compile afterwards finds them.
+PATTERNS = """
+import os, torch
+from pyinit.run.pattern_setup import PatternSetup, setups_done
+phases = []
+log = lambda name, start, end, **fields: phases.append((name, start <= end, fields))
+early = PatternSetup("cpu", log)
+early.start()  # inductor not imported yet: the thread would import it beside the script
+assert early.thread is None
+import torch._inductor.compile_fx
+absent = PatternSetup("cuda:99", log)
+absent.start()
+absent.wait()
+assert setups_done() == 0
+setup = PatternSetup("cpu", log)
+setup.start()
+os.waitpid(os.fork() or os._exit(0), 0)  # a fork waits for the thread first
+assert not setup.thread.is_alive()
+setup.wait()
+setup.start()  # waited for: a compile may have begun, so it never starts again
+net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+torch.compile(net)(torch.randn(4, 8)).sum().backward()
+print(phases, setups_done())
+"""
+
+
+def test_the_patterns_set_up_beside_are_the_ones_the_compile_uses(tmp_path):
+    script = tmp_path / "patterns.py"
+    script.write_text(PATTERNS)
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
+    result = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                            text=True, timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    phases, setups = result.stdout.rsplit(" ", 1)
+    # One set-up in all: the thread's, found by the compile.
+    assert int(setups) == 1
+    [absent, done] = eval(phases)
+    assert absent[0] == done[0] == "compile: pattern set-up" and absent[1] and done[1]
+    assert absent[2]["device"] == "cuda:99" and "no device cuda:99 here" in absent[2]["error"]
+    assert done[2] == {"device": "cpu", "beside": True}

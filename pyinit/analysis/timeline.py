@@ -45,6 +45,7 @@ PHASES = (
     ("process group", "process group init", "workers"),
     ("script setup", "script set-up (model, data, wrappers)", "workers"),
     ("checkpoint load", "checkpoint load", "workers"),
+    ("compile: pattern set-up", "compile: inductor's patterns, set up beside start-up", "workers"),
     ("first forward", "first forward", "workers"),
     ("compile: dynamo", "compile: dynamo tracing", "workers"),
     ("compile: inductor", "compile: inductor (compile or cache load)", "workers"),
@@ -60,7 +61,7 @@ RUN_PHASES = tuple(name for name, _, who in PHASES if who != "PID 1")
 # script that loads no checkpoint or calls no nn.Module.
 OPTIONAL = {"nccl files", "agent preload", "warm imports", "checkpoint load", "script setup",
             "first forward", "first backward", "first optimizer step", "compile: dynamo",
-            "compile: inductor", "compile: backward"}  # fmt: skip
+            "compile: inductor", "compile: backward", "compile: pattern set-up"}  # fmt: skip
 # Phases a rank goes through many times (one per compile): a row's seconds are
 # the slowest rank's sum, not the span from the first to the last.
 SUMMED = ("compile: ",)
@@ -90,6 +91,7 @@ RESUME_PHASES = (
     ("device init", "CUDA"),
     ("process group", "process group"),
     ("checkpoint load", "checkpoint load"),
+    ("compile: pattern set-up", "patterns (beside)"),
     ("compile: dynamo", "dynamo"),
     ("compile: inductor", "inductor"),
     ("compile: backward", "backward compile"),

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from pyinit.jsonfile import write_bytes
+from pyinit.run.pattern_setup import setups_done
 from pyinit.runlog.events import boottime
 
 # Where a worker finds the portable caches' file (set by pyinit run), and its name.
@@ -157,10 +158,11 @@ class CompileMarks:
             self.phase("compile: inductor", backend_at, ended, autotune_s=grew["autotune_s"],
                        **counts)  # fmt: skip
 
-    def summary(self, when: str) -> None:
-        """The compiles' totals so far (`when`: "first step" or "end")."""
+    def summary(self, when: str) -> dict[str, float]:
+        """The compiles' totals so far (`when`: "first step" or "end"), logged
+        and returned (empty where torch has no compile callbacks)."""
         if not self.installed:
-            return
+            return {}
         if when == "first step":
             self.first_step_done = True
             if self.save_to is not None and self.compiles:
@@ -169,7 +171,11 @@ class CompileMarks:
         totals = {field: round(now[field] - self.at_install[field], 6) for field in now}
         for field in COUNTERS:
             totals[field] = int(totals[field])
+        setups = setups_done()  # 1 where the compile found pyinit.run.pattern_setup's
+        if setups is not None:
+            totals["pattern_setups"] = setups
         self.event("compile summary", at=when, compiles=self.compiles, **totals)
+        return totals
 
 
 def _refusal(path: Path) -> str:

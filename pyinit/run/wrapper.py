@@ -50,6 +50,7 @@ from pyinit.run.compiles import (
     load_portable,
     once_dynamo_is_imported,
 )
+from pyinit.run.pattern_setup import PatternSetup, record_device, recorded_device
 from pyinit.run.preload import COMPILE_PRELOADS
 from pyinit.run.store import FD_ENV as STORE_FD_ENV
 from pyinit.runlog.events import EventLog, boottime, process_start
@@ -138,11 +139,32 @@ class Marks:
         self.step_began = 0.0  # when the first forward began
         self.optimizer_began = 0.0  # when the first optimizer step began
         self.destroyed_groups: list[Any] = []  # see keep_destroyed_groups
+        self.status_dir = status_dir
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        # A restart of a compiled job: inductor's patterns, set up beside start-up.
+        self.pattern_setup: PatternSetup | None = None
         # The agent's sign to import the compile set (preload_compile_for_restarts).
         compiled = status_dir / COMPILED_MARK if status_dir else None
+
+        def first_compile() -> None:
+            self.wait_for_patterns()
+            _touch(compiled)
+
         self.compiles = CompileMarks(self.log_phase, self.log_event,
-                                     on_first_compile=lambda: _touch(compiled),
+                                     on_first_compile=first_compile,
                                      save_to=compile_cache)  # fmt: skip
+
+    def set_up_patterns(self, attempt: int) -> None:
+        """After a restart of a job whose last attempt compiled for a GPU,
+        inductor's patterns for that GPU in a thread once CUDA is initialised
+        (pyinit.run.pattern_setup)."""
+        device = recorded_device(self.status_dir, self.local_rank) if self.status_dir else None
+        if attempt > 0 and device is not None and device.startswith("cuda"):
+            self.pattern_setup = PatternSetup(device, self.log_phase)
+
+    def wait_for_patterns(self) -> None:
+        if self.pattern_setup is not None:
+            self.pattern_setup.wait()
 
     def log_phase(self, name: str, start: float, end: float, **fields: Any) -> None:
         # Not self.phase: a compile inside a step does not end what the step waits on.
@@ -187,6 +209,8 @@ class Marks:
             finally:
                 initialising = False
             self.phase("device init", began, boottime())
+            if self.pattern_setup is not None:
+                self.pattern_setup.start()
             return None
 
         torch.cuda._lazy_init = timed_lazy_init
@@ -208,7 +232,7 @@ class Marks:
         self._time_first_step(torch)
         once_dynamo_is_imported(torch, self.compiles.install)
 
-        def after_step(_optimizer: Any, _args: Any, _kwargs: Any) -> None:
+        def after_step(optimizer: Any, _args: Any, _kwargs: Any) -> None:
             self.progress.step()
             if self.steps is not None:
                 self.steps.step(self.progress.last_step)
@@ -218,7 +242,10 @@ class Marks:
                 if self.step_began and self.optimizer_began:
                     self.phase("first optimizer step", self.optimizer_began, self.first_step)
                 self.phase("first step", began, self.first_step)
-                self.compiles.summary("first step")
+                compiled = self.compiles.summary("first step")
+                # Graphs past AOTAutograd's cache go through the patterns at every start.
+                if compiled.get("aot_cache_bypasses") and self.status_dir is not None:
+                    record_device(self.status_dir, self.local_rank, optimizer)
 
         register_optimizer_step_post_hook(after_step)
 
@@ -254,6 +281,7 @@ class Marks:
             first_call = None
             if undo_compiled_call is not None:
                 undo_compiled_call()
+            self.wait_for_patterns()  # never beside a trace of the script's modules
             began = boottime()
             if not self.step_began:
                 self.phase("script setup", self.ready, began)
@@ -312,6 +340,7 @@ class Marks:
         register_optimizer_step_pre_hook(before_step)
 
     def finish(self) -> None:
+        self.wait_for_patterns()
         self.compiles.summary("end")
         if self.first_step and self.progress.steps > 1 and self.log is not None:
             self.log.phase("steps", self.first_step, self.progress.last_step,
@@ -412,6 +441,7 @@ def main() -> None:
         marks.phase("worker start", process_start(), entered, torch_loaded="torch" in sys.modules,
                     compile_loaded=COMPILE_PRELOADS[0] in sys.modules)  # fmt: skip
         marks.instrument_torch()
+        marks.set_up_patterns(attempt)
         if cache is not None:
             load_portable(cache, marks.log_event)
     try:
