@@ -21,6 +21,8 @@ import pytest
 from conftest import BIN_DIR
 from conftest import run_events as events
 
+from pyinit.run.preload import COMPILE_PRELOAD_STEPS
+
 DETERMINISTIC = Path(__file__).parent / "data" / "deterministic_train.py"
 PYINIT = str(BIN_DIR / "pyinit")
 
@@ -504,6 +506,23 @@ def test_the_first_launch_leaves_a_warm_interpreter_and_says_so_once(tmp_path):
     finally:
         stop_warm(env)
     assert warm_pid(env) is None
+
+
+def test_one_started_for_a_launch_at_once_leaves_the_compile_set_for_later(tmp_path, warm_env):
+    """`pyinit warm start` waits for the compile set too; with --no-wait (as
+    PID 1 starts one, its command right behind) a launch waits only for what
+    every step imports, and the compile set comes between launches."""
+    assert warm_status(warm_env)["compile_preloads_pending"] == 0
+    folder = tmp_path / "warm"
+    folder.mkdir(mode=0o700)
+    env = folder_env(folder)
+    try:
+        started = start_warm(env, "--no-wait")
+        assert started.returncode == 0, started.stderr
+        # Answered once torch and dynamo are in, before the first deferred step.
+        assert warm_status(env)["compile_preloads_pending"] == len(COMPILE_PRELOAD_STEPS)
+    finally:
+        stop_warm(env)
 
 
 @pytest.mark.parametrize("setting", [{"PYINIT_WARM": "off"}, {"SLURM_JOB_ID": "4242"}])

@@ -29,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             help="end after S seconds without a launch (0: never)")  # fmt: skip
         parser.add_argument("--no-wait", action="store_true",
                             help="return once its socket is bound; the imports go on (a run "
-                            "that comes meanwhile waits for them)")  # fmt: skip
+                            "that comes meanwhile waits for them), and what only compiled "
+                            "scripts need comes after, between launches")  # fmt: skip
     elif kind == "status":
         parser.add_argument("--json", action="store_true", help="the status as one JSON object")
 
@@ -48,7 +49,11 @@ def _start(args: argparse.Namespace) -> int:
         print(f"pyinit warm: one is running already (pid {running['pid']}, preloads {preloads}); "
               "pyinit warm stop first", file=sys.stderr)  # fmt: skip
         return EXIT_FAILURE
-    code, said = client.start(names, args.idle_timeout, wait_ready=not args.no_wait)
+    # Not waited for, it is started for a launch that comes at once (PID 1's
+    # command): that launch waits for what every step imports, not for the
+    # compile set, as with the one a run starts for itself.
+    code, said = client.start(names, args.idle_timeout, wait_ready=not args.no_wait,
+                              defer_compile=args.no_wait)  # fmt: skip
     if code:
         print(f"pyinit warm: {said}", file=sys.stderr)
         return code
