@@ -94,23 +94,22 @@ class PatternSetup:
         self.thread: threading.Thread | None = None
         self.span = (0.0, 0.0)
         self.error = ""
-        self.logged = False
         self.closed = False  # waited for: a compile or a module call may have begun
-        os.register_at_fork(before=self._join)
 
     def start(self) -> None:
         if self.thread is None and not self.closed and all(imported(n) for n in NEEDS):
             self.thread = threading.Thread(target=self._set_up, name="pyinit-patterns",
                                            daemon=True)  # fmt: skip
+            os.register_at_fork(before=self._join)
             self.thread.start()
 
     def wait(self) -> None:
         """Returns once the set-up is done, and logs it; one never started
         never starts after this."""
+        first = not self.closed
         self.closed = True
         self._join()
-        if self.thread is not None and not self.logged:
-            self.logged = True
+        if first and self.thread is not None:
             fields = {"device": self.device, "beside": True}
             if self.error:
                 fields["error"] = self.error

@@ -158,8 +158,10 @@ class Marks:
         """After a restart of a job whose last attempt compiled for a GPU,
         inductor's patterns for that GPU in a thread once CUDA is initialised
         (pyinit.run.pattern_setup)."""
-        device = recorded_device(self.status_dir, self.local_rank) if self.status_dir else None
-        if attempt > 0 and device is not None and device.startswith("cuda"):
+        if attempt == 0 or self.status_dir is None:
+            return
+        device = recorded_device(self.status_dir, self.local_rank)
+        if device is not None and device.startswith("cuda"):
             self.pattern_setup = PatternSetup(device, self.log_phase)
 
     def wait_for_patterns(self) -> None:
