@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -364,13 +365,34 @@ def ended(procs: list[subprocess.Popen], timeout: float) -> list[tuple[str, str]
         try:
             outputs.append(proc.communicate(timeout=max(0.0, deadline - time.monotonic())))
         except subprocess.TimeoutExpired:
+            stacks = python_stacks(proc.pid)
             for other in procs:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(other.pid, signal.SIGKILL)
             said = [f"node {i}: {last_words(p)}" for i, p in enumerate(procs)]
             raise AssertionError(f"node {procs.index(proc)} did not end within {timeout:g} s\n"
-                                 + "\n".join(said)) from None  # fmt: skip
+                                 + "\n".join(said) + stacks) from None  # fmt: skip
     return outputs
+
+
+def python_stacks(root: int) -> str:
+    """Every Python stack under a hung node's process, native frames too,
+    taken before it is killed: what a hang seen once in CI needs to be found."""
+    if not shutil.which("py-spy"):
+        return "\n(no py-spy: no stacks)"
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            children.setdefault(parent, []).append(int(entry.name))
+    pids, dumps = [root], []
+    for pid in pids:
+        pids.extend(children.get(pid, []))
+        done = subprocess.run(["py-spy", "dump", "--native", "--pid", str(pid)],
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        said = done.stdout.strip() or (done.stderr.strip().splitlines() or ["no answer"])[0]
+        dumps.append(f"--- {pid}: {said}")
+    return "\n" + "\n".join(dumps)
 
 
 def last_words(proc: subprocess.Popen) -> str:
