@@ -5,7 +5,7 @@
 #include <cstring>
 
 #if defined(__x86_64__)
-#include <nmmintrin.h>
+#include <immintrin.h>
 #endif
 
 namespace pod_init {
@@ -39,16 +39,18 @@ uint32_t multiply_mod(uint32_t a, uint32_t b) {
   return product;
 }
 
-// x^(8 * bytes) modulo the polynomial, by squaring.
-uint32_t shift_by_bytes(uint64_t bytes) {
+// x^exponent modulo the polynomial, by squaring.
+uint32_t x_to_the(uint64_t exponent) {
   uint32_t result = kOne;
-  uint32_t power = kOne >> 8;  // x^8: one byte
-  for (; bytes != 0; bytes >>= 1) {
-    if (bytes & 1) result = multiply_mod(result, power);
+  uint32_t power = kOne >> 1;  // x
+  for (; exponent != 0; exponent >>= 1) {
+    if (exponent & 1) result = multiply_mod(result, power);
     power = multiply_mod(power, power);
   }
   return result;
 }
+
+uint32_t shift_by_bytes(uint64_t bytes) { return x_to_the(8 * bytes); }
 
 uint32_t crc32c_table(uint32_t crc, const uint8_t* p, size_t length) {
   static const std::array<uint32_t, 256> table = make_table();
@@ -113,7 +115,7 @@ __attribute__((target("sse4.2"))) uint64_t three_lanes(uint64_t value, const uin
 constexpr size_t kLongLane = 8192;  // the join's cost is 0.1% of a lane
 constexpr size_t kShortLane = 256;  // what is left of a long buffer, and records
 
-__attribute__((target("sse4.2"))) uint32_t crc32c_sse42(uint32_t crc, const uint8_t* p,
+__attribute__((target("sse4.2"))) uint32_t crc32c_lanes(uint32_t crc, const uint8_t* p,
                                                         size_t length) {
   static const ZerosShift long_shift(kLongLane), short_shift(kShortLane);
   uint64_t value = crc;
@@ -127,21 +129,142 @@ __attribute__((target("sse4.2"))) uint32_t crc32c_sse42(uint32_t crc, const uint
   return small;
 }
 
-bool has_sse42() {
-  static const bool has = __builtin_cpu_supports("sse4.2");
-  return has;
+// Carry-less multiplication folds the data instead: 16 bytes A followed by
+// 8D bytes count modulo the polynomial as A_first * x^(64 + 8D) + A_second *
+// x^(8D), and each product of a 64-bit half with a 32-bit constant
+// (x^(64 + 8D) or x^(8D) modulo the polynomial) lands back in 16 bytes, to be
+// added to the data 8D bytes on. With AVX-512 one instruction makes four such
+// products, and four registers folded 256 bytes apart keep the multiplier
+// busy: on an H200 node's Xeon, 56-69 GB/s in cache against the lanes' 22.
+// SSE's one product an instruction is no faster than the lanes there (and
+// slower from memory), so it is not used on its own.
+//
+// In the reflected order a product comes out 33 bits short of where the
+// 128-bit slot wants it (a 64-bit half times a 32-bit constant spans 95
+// bits), so the constants are x^(64 + 8D - 33) and x^(8D - 33).
+struct FoldConstant {
+  uint64_t first, second;
+  explicit FoldConstant(uint64_t distance)
+      : first(x_to_the(8 * distance + 31)), second(x_to_the(8 * distance - 33)) {}
+};
+
+__attribute__((target("pclmul"))) __m128i constant_16(const FoldConstant& constant) {
+  return _mm_set_epi64x(static_cast<int64_t>(constant.second),
+                        static_cast<int64_t>(constant.first));
 }
+
+__attribute__((target("pclmul"))) __m128i fold_16(__m128i x, __m128i constant, __m128i next) {
+  return _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, constant, 0x00),
+                                     _mm_clmulepi64_si128(x, constant, 0x11)),
+                       next);
+}
+
+// The CRC of 16 bytes from a zero start is their polynomial times x^32
+// modulo the polynomial: the reduction the instruction does anyway.
+__attribute__((target("sse4.2"))) uint32_t reduce_16(__m128i x) {
+  uint64_t value = _mm_crc32_u64(0, static_cast<uint64_t>(_mm_cvtsi128_si64(x)));
+  return static_cast<uint32_t>(
+      _mm_crc32_u64(value, static_cast<uint64_t>(_mm_extract_epi64(x, 1))));
+}
+
+__attribute__((target("avx512f"))) __m512i constant_64(const FoldConstant& constant) {
+  const auto first = static_cast<int64_t>(constant.first);
+  const auto second = static_cast<int64_t>(constant.second);
+  return _mm512_set_epi64(second, first, second, first, second, first, second, first);
+}
+
+__attribute__((target("avx512f,vpclmulqdq"))) __m512i fold_64(__m512i x, __m512i constant,
+                                                              __m512i next) {
+  // 0x96: the three-way exclusive or.
+  return _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(x, constant, 0x00),
+                                   _mm512_clmulepi64_epi128(x, constant, 0x11), next, 0x96);
+}
+
+// Folds every whole round of [*p, *p + *length) into the running value and
+// advances past them; the lanes carry on over what is left.
+__attribute__((target("sse4.2,pclmul,avx512f,vpclmulqdq"))) uint32_t folds_512(uint32_t value,
+                                                                               const uint8_t** p,
+                                                                               size_t* length) {
+  static const FoldConstant round_apart(256), register_apart(64), block_apart(16);
+  if (*length < 256) return value;
+  const uint8_t* q = *p;
+  const size_t end = *length - *length % 256;
+  __m512i a = _mm512_xor_si512(_mm512_loadu_si512(q),
+                               _mm512_maskz_set1_epi32(1, static_cast<int32_t>(value)));
+  __m512i b = _mm512_loadu_si512(q + 64), c = _mm512_loadu_si512(q + 128),
+          d = _mm512_loadu_si512(q + 192);
+  const __m512i by_round = constant_64(round_apart);
+  for (size_t i = 256; i < end; i += 256) {
+    a = fold_64(a, by_round, _mm512_loadu_si512(q + i));
+    b = fold_64(b, by_round, _mm512_loadu_si512(q + i + 64));
+    c = fold_64(c, by_round, _mm512_loadu_si512(q + i + 128));
+    d = fold_64(d, by_round, _mm512_loadu_si512(q + i + 192));
+  }
+  const __m512i by_register = constant_64(register_apart);
+  a = fold_64(fold_64(fold_64(a, by_register, b), by_register, c), by_register, d);
+  const __m128i by_block = constant_16(block_apart);
+  // Through memory: GCC 12 warns of the extract intrinsic's undefined operand.
+  alignas(64) __m128i blocks[4];
+  _mm512_store_si512(blocks, a);
+  __m128i x = fold_16(fold_16(fold_16(blocks[0], by_block, blocks[1]), by_block, blocks[2]),
+                      by_block, blocks[3]);
+  *p += end;
+  *length -= end;
+  return reduce_16(x);
+}
+
+bool runs(Crc32cMethod method) {
+  static const bool lanes = __builtin_cpu_supports("sse4.2");
+  static const bool folds_512 = lanes && __builtin_cpu_supports("pclmul") &&
+                                __builtin_cpu_supports("avx512f") &&
+                                __builtin_cpu_supports("vpclmulqdq");
+  switch (method) {
+    case Crc32cMethod::kTable:
+      return true;
+    case Crc32cMethod::kLanes:
+      return lanes;
+    case Crc32cMethod::kFolds512:
+      return folds_512;
+  }
+  return false;
+}
+#else
+bool runs(Crc32cMethod method) { return method == Crc32cMethod::kTable; }
 #endif
+
+// The fastest the CPU runs: the last of crc32c_methods().
+Crc32cMethod best_method() {
+  static const Crc32cMethod best = crc32c_methods().back();
+  return best;
+}
 
 }  // namespace
 
-uint32_t crc32c(uint32_t crc, const void* data, size_t length) {
+std::vector<Crc32cMethod> crc32c_methods() {
+  std::vector<Crc32cMethod> methods;
+  for (Crc32cMethod method : {Crc32cMethod::kTable, Crc32cMethod::kLanes, Crc32cMethod::kFolds512})
+    if (runs(method)) methods.push_back(method);
+  return methods;
+}
+
+uint32_t crc32c_by(Crc32cMethod method, uint32_t crc, const void* data, size_t length) {
   const auto* p = static_cast<const uint8_t*>(data);
   crc = ~crc;
+  switch (runs(method) ? method : Crc32cMethod::kTable) {
 #if defined(__x86_64__)
-  if (has_sse42()) return ~crc32c_sse42(crc, p, length);
+    case Crc32cMethod::kFolds512:
+      crc = folds_512(crc, &p, &length);
+      return ~crc32c_lanes(crc, p, length);
+    case Crc32cMethod::kLanes:
+      return ~crc32c_lanes(crc, p, length);
 #endif
-  return ~crc32c_table(crc, p, length);
+    default:
+      return ~crc32c_table(crc, p, length);
+  }
+}
+
+uint32_t crc32c(uint32_t crc, const void* data, size_t length) {
+  return crc32c_by(best_method(), crc, data, length);
 }
 
 // CRC(A || B) = CRC(A) * x^(8|B|) + CRC(B): the initial and final inversions

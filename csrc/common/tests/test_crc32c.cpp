@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <random>
 #include <vector>
 
@@ -34,10 +35,36 @@ TEST(Crc32c, EveryLengthAndStartMatchesTheDefinition) {
   for (size_t edge : {size_t{768}, size_t{1536}, size_t{24576}, size_t{24576 + 768}, size_t{49152},
                       size_t{1} << 20})
     for (size_t n : {edge - 9, edge - 1, edge, edge + 1, edge + 7, edge + 8}) lengths.push_back(n);
-  for (size_t start : {0, 1, 3, 8, 13})
-    for (size_t n : lengths)
-      ASSERT_EQ(crc32c(0, data.data() + start, n), bitwise(data.data() + start, n))
-          << "length " << n << " from " << start;
+  // Around the folds' rounds (256 bytes) and what they leave to the lanes.
+  for (size_t edge : {size_t{256}, size_t{512}, size_t{256 + 768}, size_t{4096 + 24576 + 768}})
+    for (size_t n : {edge - 1, edge, edge + 1, edge + 15, edge + 16, edge + 255})
+      lengths.push_back(n);
+  const std::vector<Crc32cMethod> methods = crc32c_methods();
+  for (size_t start : {0, 1, 3, 8, 13, 64})
+    for (size_t n : lengths) {
+      const uint8_t* p = data.data() + start;
+      const uint32_t expected = bitwise(p, n);
+      for (Crc32cMethod method : methods) {
+        const int id = static_cast<int>(method);
+        ASSERT_EQ(crc32c_by(method, 0, p, n), expected)
+            << "method " << id << ", length " << n << " from " << start;
+        // A running CRC carried into the next call.
+        const size_t half = n / 2;
+        ASSERT_EQ(crc32c_by(method, crc32c_by(method, 0, p, half), p + half, n - half), expected)
+            << "method " << id << ", length " << n << " in two";
+      }
+    }
+}
+
+TEST(Crc32c, TheChosenMethodIsTheLastTheCpuRuns) {
+  const std::vector<Crc32cMethod> methods = crc32c_methods();
+  ASSERT_FALSE(methods.empty());
+  EXPECT_EQ(methods.front(), Crc32cMethod::kTable);
+  const std::vector<uint8_t> data(1000, 0x5A);
+  EXPECT_EQ(crc32c(0, data.data(), data.size()),
+            crc32c_by(methods.back(), 0, data.data(), data.size()));
+  // Printed so a run on a machine shows what it tested.
+  std::printf("crc32c methods this CPU runs: %zu (the last is used)\n", methods.size());
 }
 
 TEST(Crc32c, CombinedPartsEqualTheWhole) {
