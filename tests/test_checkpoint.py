@@ -358,7 +358,8 @@ def test_the_checkpoint_benchmark_times_every_tool_and_dcp_on_two_ranks(folder, 
         assert best["gb_s"] == pytest.approx(max(sweep["sweep_gb_s"].values()))
     # The pipeline's own ceiling: in memory, CRCs on, and one core's CRC.
     assert set(document["table"]["ceiling"]) == {"save to memory", "load from memory",
-                                                 "crc32c, one core"}  # fmt: skip
+                                                 "crc32c, one core, from memory",
+                                                 "crc32c, one core, in cache"}  # fmt: skip
     assert set(document["table"]["dcp"]) == {"pyinit save", "torch save", "pyinit load",
                                              "torch load"}  # fmt: skip
     assert document["bytes"] >= 64 << 20 and document["ranks"] == 2
@@ -367,7 +368,8 @@ def test_the_checkpoint_benchmark_times_every_tool_and_dcp_on_two_ranks(folder, 
     assert document["table"]["save"]["pyinit"]["peak_host_bytes"] >= 0
     names = {row["target"] for row in document["targets"]}
     assert {"DCP load / FileSystemReader", "save / safetensors save_file + fsync",
-            "load / safetensors load_file", "CRC-32C on one core, GB/s / 15",
+            "load / safetensors load_file",
+            "CRC-32C on one core, 1 MiB blocks in cache, GB/s / 15",
             "in-memory load (pipeline ceiling), GB/s / 10"} <= names  # fmt: skip
     assert "target DCP save / FileSystemWriter:" in proc.stdout
     assert sorted(os.listdir(folder)) == ["checkpoint.json", "checkpoint.png"]  # its files are gone
