@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -356,6 +357,25 @@ def start_nodes(pyinit_bin, names, hostfile, tmp_path, steps, shards) -> list[su
     return procs
 
 
+@pytest.fixture
+def node_runs(pyinit_bin) -> Iterator[Callable[..., list[subprocess.Popen]]]:
+    """start_nodes, whose nodes are killed and reaped after the test however it
+    ended: a failed one leaves no process or open pipe behind."""
+    started: list[subprocess.Popen] = []
+
+    def start(names, *args) -> list[subprocess.Popen]:
+        procs = start_nodes(pyinit_bin, names, *args)
+        started.extend(procs)
+        return procs
+
+    yield start
+    for proc in started:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired, ValueError):
+            proc.communicate(timeout=30)
+
+
 def ended(procs: list[subprocess.Popen], timeout: float) -> list[tuple[str, str]]:
     """Each node's output once all have ended; when one has not within
     `timeout`, every node's last words, so a hang says where it was."""
@@ -405,10 +425,10 @@ def last_words(proc: subprocess.Popen) -> str:
 
 
 @pytest.mark.root
-def test_three_nodes_in_namespaces_train_together(pyinit_bin, three_namespaces, tmp_path, shards):
+def test_three_nodes_in_namespaces_train_together(node_runs, three_namespaces, tmp_path, shards):
     hostfile = tmp_path / "hosts"
     hostfile.write_text("\n".join(NODES) + "\n")
-    procs = start_nodes(pyinit_bin, three_namespaces, hostfile, tmp_path, 15, shards)
+    procs = node_runs(three_namespaces, hostfile, tmp_path, 15, shards)
     outputs = ended(procs, 300)
     for proc, (_, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err[-3000:]
@@ -429,10 +449,10 @@ def test_three_nodes_in_namespaces_train_together(pyinit_bin, three_namespaces, 
 
 
 @pytest.mark.root
-def test_a_killed_node_ends_the_others_and_is_named(pyinit_bin, three_namespaces, tmp_path, shards):
+def test_a_killed_node_ends_the_others_and_is_named(node_runs, three_namespaces, tmp_path, shards):
     hostfile = tmp_path / "hosts"
     hostfile.write_text("\n".join(NODES) + "\n")
-    procs = start_nodes(pyinit_bin, three_namespaces, hostfile, tmp_path, 100000, shards)
+    procs = node_runs(three_namespaces, hostfile, tmp_path, 100000, shards)
     deadline = time.monotonic() + 180
     progress = tmp_path / three_namespaces[0] / "events.jsonl"
     # Wait until training runs: rank 0 prints steps.
@@ -460,14 +480,14 @@ def test_a_killed_node_ends_the_others_and_is_named(pyinit_bin, three_namespaces
 
 @pytest.mark.root
 @pytest.mark.slow
-def test_eight_nodes_join_sum_and_name_a_killed_one(pyinit_bin, eight_namespaces, tmp_path, shards):
+def test_eight_nodes_join_sum_and_name_a_killed_one(node_runs, eight_namespaces, tmp_path, shards):
     """The reference deployment's width, a worker per node on this machine: all
     eight join one rendezvous, the all-reduce sums over all, and when node 7 is
     killed the other seven end and name it."""
     addresses = node_addresses(8)
     hostfile = tmp_path / "hosts"
     hostfile.write_text("\n".join(addresses) + "\n")
-    procs = start_nodes(pyinit_bin, eight_namespaces, hostfile, tmp_path, 100000, shards)
+    procs = node_runs(eight_namespaces, hostfile, tmp_path, 100000, shards)
     deadline = time.monotonic() + 400
     seen = ""
     while "step " not in seen:
