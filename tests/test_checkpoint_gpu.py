@@ -30,7 +30,11 @@ def test_every_dtype_from_and_to_the_gpu_bit_exact(folder):
     assert bit_equal(host, on(back, "cpu"))
     assert bit_equal(host, checkpoint.load(path))  # and to the CPU
     on_gpu = on(host, "cuda:0")
+    # The stream busy for about half a second: the save returns with its
+    # copies still queued, and a change queued after it lands after them.
+    torch.cuda._sleep(1_000_000_000)
     pending = checkpoint.save(on_gpu, path, background=True)
+    assert not torch.cuda.current_stream().query(), "the background save waited for its copies"
     on_gpu["big"].add_(1)  # after the snapshot: not in the file
     pending.wait(timeout=120)
     assert bit_equal(host, on(checkpoint.load(path, device=torch.device("cuda", 0)), "cpu"))

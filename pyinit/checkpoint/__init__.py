@@ -121,6 +121,8 @@ class PendingSave:
 
     def _run(self, snapshot: Snapshot, queue_depth: int, began: float, blocked: float) -> None:
         try:
+            for copied in snapshot.copied:
+                copied.synchronize()  # an error of the copies surfaces here, as the save's
             self.crc = _write(snapshot.items, self.path, queue_depth)
         except BaseException as error:  # handed to wait(), in the caller's thread
             self._error = error
@@ -171,9 +173,11 @@ def save(
     the safetensors layout, replacing it whole once everything is on disk.
     Returns the file's CRC-32C. Device tensors are copied to the host a block
     at a time while earlier blocks are written. With ``background``, a
-    ``PendingSave`` at once: the tensors are first copied to host memory (so
-    training may change them; this copy is all the caller waits for), then
-    written by a thread while the caller goes on."""
+    ``PendingSave`` at once: the tensors are copied to host memory, a GPU's
+    on its current stream, so that what the training queues there next (the
+    optimizer's step) changes them only after the copy, and the caller waits
+    for none of it; a thread writes the copy once it is done. Work on another
+    stream that changes them must wait for the current one first."""
     target = os.fspath(path)
     items = checked_items(state_dict, target)
     with phase("checkpoint"):  # under pyinit run, a wait of the step it falls in
@@ -190,17 +194,22 @@ def save(
 
 @dataclass
 class Snapshot:
-    """Host copies of the tensors, views of one block from the pool."""
+    """Host copies of the tensors, views of one block from the pool; a GPU's
+    copies are there once its event in `copied` has passed."""
 
     items: list[tuple[str, torch.Tensor]]
     arena: torch.Tensor
     pinned: bool
+    copied: list[torch.cuda.Event]
 
 
 def _snapshot(items: list[tuple[str, torch.Tensor]]) -> Snapshot:
     """Host copies of the tensors, so training may change them while they
     are written: packed in file order into one block (largest elements
-    first, so every copy starts aligned for its type)."""
+    first, so every copy starts aligned for its type). A GPU tensor's copy is
+    queued on its device's current stream and not waited for: what the
+    training queues there next runs after it, and the writer waits for the
+    event recorded behind the copies."""
     pinned = any(t.is_cuda for _, t in items)
     arena = staging.snapshots.take(_nbytes(items), pinned)
     snapshot = []
@@ -211,9 +220,12 @@ def _snapshot(items: list[tuple[str, torch.Tensor]]) -> Snapshot:
         copy.copy_(tensor.detach(), non_blocking=tensor.is_cuda)
         snapshot.append((name, copy))
         at += nbytes
+    copied = []
     for device in {t.device for _, t in items if t.is_cuda}:
-        torch.cuda.synchronize(device)
-    return Snapshot(snapshot, arena, pinned)
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(device))
+        copied.append(event)
+    return Snapshot(snapshot, arena, pinned, copied)
 
 
 # ---------------------------------------------------------------------------
