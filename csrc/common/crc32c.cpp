@@ -6,6 +6,15 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+// The crc32 instruction is SSE4.2's: functions that use it are built for it
+// and called only where the CPU has it.
+#define POD_INIT_CRC_INSTRUCTION __attribute__((target("sse4.2")))
+#elif defined(__aarch64__)
+#include <arm_acle.h>
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+// ARMv8's CRC extension (every server core since, Grace's Neoverse V2 too).
+#define POD_INIT_CRC_INSTRUCTION __attribute__((target("+crc")))
 #endif
 
 namespace pod_init {
@@ -58,16 +67,6 @@ uint32_t crc32c_table(uint32_t crc, const uint8_t* p, size_t length) {
   return crc;
 }
 
-#if defined(__x86_64__)
-__attribute__((target("sse4.2"))) uint64_t lane(uint64_t value, const uint8_t* p, size_t bytes) {
-  for (size_t i = 0; i < bytes; i += 8) {
-    uint64_t word;
-    std::memcpy(&word, p + i, 8);
-    value = _mm_crc32_u64(value, word);
-  }
-  return value;
-}
-
 // What `bytes` zero bytes after a CRC's running value do to it: a linear map
 // over GF(2), so a table per byte of the value covers all 2^32 of them.
 class ZerosShift {
@@ -77,7 +76,7 @@ class ZerosShift {
     for (int k = 0; k < 4; ++k)
       for (uint32_t v = 0; v < 256; ++v) table_[k][v] = multiply_mod(power, v << (8 * k));
   }
-  uint32_t operator()(uint64_t value) const {
+  uint32_t operator()(uint32_t value) const {
     return table_[0][value & 0xFF] ^ table_[1][(value >> 8) & 0xFF] ^
            table_[2][(value >> 16) & 0xFF] ^ table_[3][(value >> 24) & 0xFF];
   }
@@ -86,24 +85,44 @@ class ZerosShift {
   uint32_t table_[4][256];
 };
 
+#if defined(POD_INIT_CRC_INSTRUCTION)
+// The instruction over 8 bytes, and over 1.
+POD_INIT_CRC_INSTRUCTION inline uint32_t crc_word(uint32_t value, const uint8_t* p) {
+  uint64_t word;
+  std::memcpy(&word, p, 8);
+#if defined(__x86_64__)
+  return static_cast<uint32_t>(_mm_crc32_u64(value, word));
+#else
+  return __crc32cd(value, word);
+#endif
+}
+
+POD_INIT_CRC_INSTRUCTION inline uint32_t crc_byte(uint32_t value, uint8_t byte) {
+#if defined(__x86_64__)
+  return _mm_crc32_u8(value, byte);
+#else
+  return __crc32cb(value, byte);
+#endif
+}
+
+POD_INIT_CRC_INSTRUCTION uint32_t lane(uint32_t value, const uint8_t* p, size_t bytes) {
+  for (size_t i = 0; i < bytes; i += 8) value = crc_word(value, p + i);
+  return value;
+}
+
 // Three lanes of `lane_bytes` at once, then joined: the crc32 instruction
 // finishes in three cycles but starts one every cycle, so a single stream
 // (about 8 GB/s) leaves two thirds of it idle. Joining the lanes' values a,
 // b, c costs two table shifts: CRC(A B C) = shift(shift(a) ^ b) ^ c.
-__attribute__((target("sse4.2"))) uint64_t three_lanes(uint64_t value, const uint8_t** p,
-                                                       size_t* length, size_t lane_bytes,
-                                                       const ZerosShift& shift) {
+POD_INIT_CRC_INSTRUCTION uint32_t three_lanes(uint32_t value, const uint8_t** p, size_t* length,
+                                              size_t lane_bytes, const ZerosShift& shift) {
   while (*length >= 3 * lane_bytes) {
-    uint64_t a = value, b = 0, c = 0;
+    uint32_t a = value, b = 0, c = 0;
     const uint8_t* q = *p;
     for (size_t i = 0; i < lane_bytes; i += 8) {
-      uint64_t x, y, z;
-      std::memcpy(&x, q + i, 8);
-      std::memcpy(&y, q + lane_bytes + i, 8);
-      std::memcpy(&z, q + 2 * lane_bytes + i, 8);
-      a = _mm_crc32_u64(a, x);
-      b = _mm_crc32_u64(b, y);
-      c = _mm_crc32_u64(c, z);
+      a = crc_word(a, q + i);
+      b = crc_word(b, q + lane_bytes + i);
+      c = crc_word(c, q + 2 * lane_bytes + i);
     }
     value = shift(shift(a) ^ b) ^ c;
     *p += 3 * lane_bytes;
@@ -115,19 +134,19 @@ __attribute__((target("sse4.2"))) uint64_t three_lanes(uint64_t value, const uin
 constexpr size_t kLongLane = 8192;  // the join's cost is 0.1% of a lane
 constexpr size_t kShortLane = 256;  // what is left of a long buffer, and records
 
-__attribute__((target("sse4.2"))) uint32_t crc32c_lanes(uint32_t crc, const uint8_t* p,
-                                                        size_t length) {
+POD_INIT_CRC_INSTRUCTION uint32_t crc32c_lanes(uint32_t crc, const uint8_t* p, size_t length) {
   static const ZerosShift long_shift(kLongLane), short_shift(kShortLane);
-  uint64_t value = crc;
-  value = three_lanes(value, &p, &length, kLongLane, long_shift);
-  value = three_lanes(value, &p, &length, kShortLane, short_shift);
-  value = lane(value, p, length & ~size_t{7});
+  crc = three_lanes(crc, &p, &length, kLongLane, long_shift);
+  crc = three_lanes(crc, &p, &length, kShortLane, short_shift);
+  crc = lane(crc, p, length & ~size_t{7});
   p += length & ~size_t{7};
   length &= 7;
-  auto small = static_cast<uint32_t>(value);
-  while (length-- > 0) small = _mm_crc32_u8(small, *p++);
-  return small;
+  while (length-- > 0) crc = crc_byte(crc, *p++);
+  return crc;
 }
+#endif
+
+#if defined(__x86_64__)
 
 // Carry-less multiplication folds the data instead: 16 bytes A followed by
 // 8D bytes count modulo the polynomial as A_first * x^(64 + 8D) + A_second *
@@ -228,6 +247,11 @@ bool runs(Crc32cMethod method) {
   }
   return false;
 }
+#elif defined(__aarch64__)
+bool runs(Crc32cMethod method) {
+  static const bool lanes = (getauxval(AT_HWCAP) & HWCAP_CRC32) != 0;
+  return method == Crc32cMethod::kTable || (method == Crc32cMethod::kLanes && lanes);
+}
 #else
 bool runs(Crc32cMethod method) { return method == Crc32cMethod::kTable; }
 #endif
@@ -255,6 +279,8 @@ uint32_t crc32c_by(Crc32cMethod method, uint32_t crc, const void* data, size_t l
     case Crc32cMethod::kFolds512:
       crc = folds_512(crc, &p, &length);
       return ~crc32c_lanes(crc, p, length);
+#endif
+#if defined(POD_INIT_CRC_INSTRUCTION)
     case Crc32cMethod::kLanes:
       return ~crc32c_lanes(crc, p, length);
 #endif

@@ -1,7 +1,8 @@
 // CRC-32C (Castagnoli), the checksum of iSCSI, ext4 metadata and many
 // storage formats: AVX-512's carry-less multiplication folding the data where
-// the CPU has it, the SSE4.2 crc32 instruction in three interleaved lanes for
-// the rest and on other x86 CPUs, else a table.
+// the CPU has it, the CPU's crc32c instruction (SSE4.2's, ARMv8's CRC
+// extension) in three interleaved lanes for the rest and on other CPUs, else
+// a table.
 #pragma once
 
 #include <cstddef>
