@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import EXAMPLE, NODES, TINY, node_addresses
 from conftest import run_events as events
+from test_hostile import children_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -400,14 +401,8 @@ def python_stacks(root: int) -> str:
     taken before it is killed: what a hang seen once in CI needs to be found."""
     if not shutil.which("py-spy"):
         return "\n(no py-spy: no stacks)"
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            children.setdefault(parent, []).append(int(entry.name))
-    pids, dumps = [root], []
-    for pid in pids:
-        pids.extend(children.get(pid, []))
+    dumps = []
+    for pid in [root, *sorted(children_of(root))]:
         done = subprocess.run(["py-spy", "dump", "--native", "--pid", str(pid)],
                               capture_output=True, text=True, timeout=60)  # fmt: skip
         said = done.stdout.strip() or (done.stderr.strip().splitlines() or ["no answer"])[0]
