@@ -256,10 +256,21 @@ bool runs(Crc32cMethod method) {
 bool runs(Crc32cMethod method) { return method == Crc32cMethod::kTable; }
 #endif
 
-// The fastest the CPU runs: the last of crc32c_methods().
-Crc32cMethod best_method() {
-  static const Crc32cMethod best = crc32c_methods().back();
-  return best;
+// By a method the CPU runs, on the inverted running value.
+uint32_t compute(Crc32cMethod method, uint32_t crc, const uint8_t* p, size_t length) {
+  switch (method) {
+#if defined(__x86_64__)
+    case Crc32cMethod::kFolds512:
+      crc = folds_512(crc, &p, &length);
+      return crc32c_lanes(crc, p, length);
+#endif
+#if defined(POD_INIT_CRC_INSTRUCTION)
+    case Crc32cMethod::kLanes:
+      return crc32c_lanes(crc, p, length);
+#endif
+    default:
+      return crc32c_table(crc, p, length);
+  }
 }
 
 }  // namespace
@@ -272,25 +283,14 @@ std::vector<Crc32cMethod> crc32c_methods() {
 }
 
 uint32_t crc32c_by(Crc32cMethod method, uint32_t crc, const void* data, size_t length) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  crc = ~crc;
-  switch (runs(method) ? method : Crc32cMethod::kTable) {
-#if defined(__x86_64__)
-    case Crc32cMethod::kFolds512:
-      crc = folds_512(crc, &p, &length);
-      return ~crc32c_lanes(crc, p, length);
-#endif
-#if defined(POD_INIT_CRC_INSTRUCTION)
-    case Crc32cMethod::kLanes:
-      return ~crc32c_lanes(crc, p, length);
-#endif
-    default:
-      return ~crc32c_table(crc, p, length);
-  }
+  const auto chosen = runs(method) ? method : Crc32cMethod::kTable;
+  return ~compute(chosen, ~crc, static_cast<const uint8_t*>(data), length);
 }
 
 uint32_t crc32c(uint32_t crc, const void* data, size_t length) {
-  return crc32c_by(best_method(), crc, data, length);
+  // The fastest the CPU runs: the last of crc32c_methods().
+  static const Crc32cMethod best = crc32c_methods().back();
+  return ~compute(best, ~crc, static_cast<const uint8_t*>(data), length);
 }
 
 // CRC(A || B) = CRC(A) * x^(8|B|) + CRC(B): the initial and final inversions

@@ -18,8 +18,7 @@ uint32_t crc32c(uint32_t crc, const void* data, size_t length);
 // The ways to compute it; each gives the same value.
 enum class Crc32cMethod { kTable, kLanes, kFolds512 };
 
-// Those this CPU runs, slowest first: what tests check one by one and a
-// benchmark compares.
+// Those this CPU runs, slowest first: what tests check one by one.
 std::vector<Crc32cMethod> crc32c_methods();
 
 // crc32c by one method (the table where the CPU cannot run it).
