@@ -23,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -48,6 +49,7 @@ class SlurmCluster:
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
         self._daemons: list[subprocess.Popen] = []
         self._munged = False
+        self.spool: Path | None = None
 
     # --- bring-up ---------------------------------------------------------------------
 
@@ -64,7 +66,10 @@ class SlurmCluster:
 
     def up(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        for sub in ("state", "spool", "logs"):
+        # slurmstepd makes its Unix sockets in the spool folder, and a path past
+        # 108 bytes (a deep test folder) fails every job step: a short one of its own.
+        self.spool = Path(tempfile.mkdtemp(prefix="slurm-spool-"))
+        for sub in ("state", "logs"):
             (self.folder / sub).mkdir(exist_ok=True)
         self._start_munge()
         netns.add_nodes(self.tag, self.addresses, bridge_address=self.controller)
@@ -85,7 +90,7 @@ class SlurmCluster:
             f"SlurmctldHost=ctl({self.controller})",
             "AuthType=auth/munge", "CredType=cred/munge",
             "SlurmUser=root", "SlurmdUser=root",
-            f"StateSaveLocation={d}/state", f"SlurmdSpoolDir={d}/spool/%n",
+            f"StateSaveLocation={d}/state", f"SlurmdSpoolDir={self.spool}/%n",
             f"SlurmctldPidFile={d}/slurmctld.pid", f"SlurmdPidFile={d}/slurmd-%n.pid",
             f"SlurmctldLogFile={d}/logs/slurmctld.log", f"SlurmdLogFile={d}/logs/slurmd-%n.log",
             "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
@@ -152,7 +157,7 @@ class SlurmCluster:
     # --- teardown ---------------------------------------------------------------------
 
     def down(self) -> None:
-        teardown(self._daemons, self.tag, self.count)
+        teardown(self._daemons, self.tag, self.count, self.spool)
         if self._munged:
             stop_munged()
 
@@ -167,9 +172,9 @@ def stop_munged() -> None:
         time.sleep(0.1)
 
 
-def teardown(daemons: list, tag: str, count: int) -> None:
+def teardown(daemons: list, tag: str, count: int, spool: Path | None) -> None:
     """Stops the daemons (Popen objects or pids), then the nodes: what slurmd
-    left running in them (job steps) and their network."""
+    left running in them (job steps) and their network; then the spool folder."""
     for daemon in daemons:
         with contextlib.suppress(ProcessLookupError):
             os.kill(daemon if isinstance(daemon, int) else daemon.pid, signal.SIGTERM)
@@ -187,6 +192,8 @@ def teardown(daemons: list, tag: str, count: int) -> None:
                 daemon.kill()
                 daemon.wait()
     netns.remove_nodes(tag, count)
+    if spool is not None:
+        shutil.rmtree(spool, ignore_errors=True)
 
 
 def main() -> int:
@@ -204,11 +211,12 @@ def main() -> int:
         cluster.up()
         (folder / "cluster.json").write_text(json.dumps({
             "pids": [d.pid for d in cluster._daemons], "tag": cluster.tag,
-            "count": cluster.count, "munged": cluster._munged}))  # fmt: skip
+            "count": cluster.count, "munged": cluster._munged,
+            "spool": str(cluster.spool)}))  # fmt: skip
         print(f"export SLURM_CONF={cluster.conf}")
         return 0
     state = json.loads((folder / "cluster.json").read_text())
-    teardown(state["pids"], state["tag"], state["count"])
+    teardown(state["pids"], state["tag"], state["count"], Path(state["spool"]))
     if state.get("munged"):  # the munged `up` started, not one that was running before
         stop_munged()
     return 0
