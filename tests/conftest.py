@@ -21,6 +21,23 @@ import sysfs_fixtures
 BIN_DIR = Path(sys.executable).parent
 
 
+# ./bootstrap test runs the files two at a time (pytest-xdist, a file to a worker
+# at a time: its module fixtures are built once). These take longest on a
+# 2-core machine, longest first: started late, one would run alone at the end.
+LONGEST_FILES = ("test_boot.py", "test_compile.py", "test_warm.py", "test_slurm.py",
+                 "test_docs.py", "test_run.py", "test_boot_nvidia.py", "test_stall.py",
+                 "test_gpu_bench.py", "test_install.py", "test_launch_failures.py",
+                 "test_report.py", "test_checkpoint.py")  # fmt: skip
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return LONGEST_FILES.index(name) if name in LONGEST_FILES else len(LONGEST_FILES)
+
+    items.sort(key=rank)  # stable: the order inside each file and among the rest stays
+
+
 @pytest.fixture(autouse=True, scope="session")
 def private_warm_folder(tmp_path_factory) -> Iterator[Path]:
     """Every run the tests start looks for a warm interpreter here, never in
