@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
+import sys
 import time
 
 import pytest
@@ -75,6 +76,30 @@ def test_a_missing_node_is_waited_for_aloud_and_named(pyinit_bin, tmp_path):
     assert result.stderr.rstrip().splitlines()[-1].startswith("pyinit run: exited with status 1")
     end = events(tmp_path / "run")[-1]
     assert end["not_joined"] == ["node 1 (192.0.2.99)"]
+
+
+def test_a_join_timeout_ends_the_run_beside_a_thread_started_before_it(tmp_path):
+    """The run ends itself with a TERM to the thread that waits for it: sent
+    to the process, it could go to a thread that did not block it, whose
+    default action killed pyinit run (on an H200 node, the test above ended
+    with -15)."""
+    script = tmp_path / "ok.py"
+    script.write_text("pass\n")
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("127.0.0.1\n192.0.2.99\n")
+    (tmp_path / "sys" / "bus" / "pci" / "devices").mkdir(parents=True)
+    launch = ("import sys, threading, time\n"
+              "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
+              "from pyinit.cli import run_cli\n"
+              "sys.argv[0] = 'pyinit'\n"
+              "sys.exit(run_cli())\n")  # fmt: skip
+    command = [sys.executable, "-c", launch, "run", "--monitor-interval", "0", "--hostfile",
+               hostfile, "--join-timeout", "3", "--preflight", "off", "--sysfs-root",
+               tmp_path / "sys", "--run-dir", tmp_path / "run", "--", script]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "pyinit run: node 1 (192.0.2.99) did not join within 3 s (--join-timeout)" in (
+        result.stderr)  # fmt: skip
 
 
 @pytest.mark.slow

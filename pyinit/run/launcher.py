@@ -22,6 +22,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -326,7 +327,10 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
             if joins is not None and not join_expired and joins.overdue():
                 join_expired = own_term_due = True
                 log.write("join timeout", seconds=config.join_timeout)
-                os.kill(os.getpid(), signal.SIGTERM)
+                # To this thread, which waits for it: sent to the process, the TERM may
+                # go to a thread that does not block it (one a library started before
+                # the mask), and its default action ends this process.
+                signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
 
         log.write("spawn", command=plan.command,
                   seconds_since_start=round(boottime() - plan.entered, 4))  # fmt: skip
