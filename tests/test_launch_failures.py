@@ -15,10 +15,26 @@ import time
 import pytest
 from conftest import run_events as events
 
+RUN = ("run", "--monitor-interval", "0")
+
 
 def pyinit_run(pyinit_bin, *args, timeout=120) -> subprocess.CompletedProcess:
-    return subprocess.run([pyinit_bin, "run", "--monitor-interval", "0", *args],
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    return subprocess.run([pyinit_bin, *RUN, *args], capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
+
+
+def missing_node_args(tmp_path, join_timeout: int) -> list:
+    """`pyinit run`'s arguments for a run on this node and one that never comes."""
+    script = tmp_path / "ok.py"
+    script.write_text("pass\n")
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("127.0.0.1\n192.0.2.99\n")
+    # A machine without GPUs: on one with them, NCCL's files would refuse a master on
+    # the loopback (other nodes could not reach it), before the wait this is about.
+    (tmp_path / "sys" / "bus" / "pci" / "devices").mkdir(parents=True)
+    return ["--hostfile", hostfile, "--join-timeout", str(join_timeout), "--preflight", "off",
+            "--sysfs-root", tmp_path / "sys", "--run-dir", tmp_path / "run", "--",
+            script]  # fmt: skip
 
 
 def test_a_taken_port_is_one_line_and_nothing_starts(pyinit_bin, tmp_path):
@@ -56,17 +72,8 @@ def test_two_single_node_runs_share_a_machine(pyinit_bin, tmp_path):
 
 
 def test_a_missing_node_is_waited_for_aloud_and_named(pyinit_bin, tmp_path):
-    script = tmp_path / "ok.py"
-    script.write_text("pass\n")
-    hostfile = tmp_path / "hosts"
-    hostfile.write_text("127.0.0.1\n192.0.2.99\n")  # this node, and one that never comes
-    # A machine without GPUs: on one with them, NCCL's files would refuse a master on
-    # the loopback (other nodes could not reach it), before the wait this is about.
-    (tmp_path / "sys" / "bus" / "pci" / "devices").mkdir(parents=True)
     began = time.monotonic()
-    result = pyinit_run(pyinit_bin, "--hostfile", hostfile, "--join-timeout", "8", "--preflight",
-                        "off", "--sysfs-root", tmp_path / "sys", "--run-dir", tmp_path / "run",
-                        "--", script)  # fmt: skip
+    result = pyinit_run(pyinit_bin, *missing_node_args(tmp_path, 8))
     took = time.monotonic() - began
     assert result.returncode == 1, result.stderr[-3000:]
     assert "pyinit run: waiting for node 1 (192.0.2.99) to join" in result.stderr
@@ -83,20 +90,13 @@ def test_a_join_timeout_ends_the_run_beside_a_thread_started_before_it(tmp_path)
     to the process, it could go to a thread that did not block it, whose
     default action killed pyinit run (on an H200 node, the test above ended
     with -15)."""
-    script = tmp_path / "ok.py"
-    script.write_text("pass\n")
-    hostfile = tmp_path / "hosts"
-    hostfile.write_text("127.0.0.1\n192.0.2.99\n")
-    (tmp_path / "sys" / "bus" / "pci" / "devices").mkdir(parents=True)
     launch = ("import sys, threading, time\n"
               "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
               "from pyinit.cli import run_cli\n"
               "sys.argv[0] = 'pyinit'\n"
               "sys.exit(run_cli())\n")  # fmt: skip
-    command = [sys.executable, "-c", launch, "run", "--monitor-interval", "0", "--hostfile",
-               hostfile, "--join-timeout", "3", "--preflight", "off", "--sysfs-root",
-               tmp_path / "sys", "--run-dir", tmp_path / "run", "--", script]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-c", launch, *RUN, *missing_node_args(tmp_path, 3)],
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
     assert result.returncode == 1, result.stderr[-3000:]
     assert "pyinit run: node 1 (192.0.2.99) did not join within 3 s (--join-timeout)" in (
         result.stderr)  # fmt: skip
