@@ -244,6 +244,30 @@ def test_bad_tables_name_the_file(tmp_path):
         Candidate.parse("ctas=x")
 
 
+@pytest.mark.parametrize("gpus", [2, 1])
+def test_a_run_says_why_no_tuning_is_used_where_tune_could_make_one(h200x2_tree, tmp_path, gpus):
+    """--tune times collectives between a node's GPUs: on a node of one, a line
+    advising it would be noise at every launch; the event log keeps why."""
+    import io
+    from types import SimpleNamespace
+
+    from conftest import run_events
+
+    from pyinit.run.launcher import _nccl_tuning
+    from pyinit.runlog.events import EventLog
+
+    recording = {**H200X2_NVML, "gpus": H200X2_NVML["gpus"][:gpus]}
+    node = SimpleNamespace(topology=scan(str(h200x2_tree), probe_bar0=False),
+                           nvml=read_nvml(FakeNvml(recording)))  # fmt: skip
+    out = io.StringIO()
+    env = {"POD_INIT_CACHE": str(tmp_path / "empty")}
+    assert _nccl_tuning(node, env, EventLog(tmp_path / "run" / "events.jsonl"), out) == (None, "")
+    [event] = run_events(tmp_path / "run")
+    assert event["event"] == "nccl_tuning" and event["used"] is False and event["reason"]
+    said = f"pyinit run: NCCL tuning not used: {event['reason']}\n"
+    assert out.getvalue() == (said if gpus > 1 else "")
+
+
 def test_tuning_goes_into_nccl_env_and_beside_the_files(h200x2_tree, tmp_path):
     tuning = choose(sweep(**{"ctas=32": lambda s: 1.05, "ctas=32 tree/ll": lambda s: 1.2
                              if s < MIB else 0.5}), KEY)  # fmt: skip

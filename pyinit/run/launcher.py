@@ -558,7 +558,8 @@ def _how(record: dict[str, Any]) -> str:
 
 def _nccl_tuning(node: Any, env: Mapping[str, str], log: EventLog, out: IO[str]) -> tuple[Any, str]:
     """The cached NCCL tuning for this node and its file, or (None, "") after
-    one line saying why NCCL chooses alone."""
+    one line saying why NCCL chooses alone (in the event log only on a node
+    of one GPU, where the line's advice, --tune, has nothing to time)."""
     from pyinit.nccl.tuning_cache import cache_dir, for_run
 
     if node.nvml is None:
@@ -569,7 +570,8 @@ def _nccl_tuning(node: Any, env: Mapping[str, str], log: EventLog, out: IO[str])
         tuning, why = for_run(node.topology, node.nvml, cache_dir(env))
         if tuning is not None:
             return tuning, why
-    print(f"pyinit run: NCCL tuning not used: {why}", file=out)
+    if len(node.nvml.gpus) > 1:
+        print(f"pyinit run: NCCL tuning not used: {why}", file=out)
     log.write("nccl_tuning", used=False, reason=why)
     return None, ""
 
