@@ -82,8 +82,9 @@ print(f"rank {dist.get_rank()}: saved", flush=True)
 def command(launcher: str, script: Path, args: list[str], run_dir: Path) -> list[str]:
     pyinit = shutil.which("pyinit", path=str(Path(sys.executable).parent)) or "pyinit"
     if launcher == "torchrun":
+        # --log-dir as pyinit run passes it: torchrun's default is a new /tmp folder each time
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                "2", str(script), *args]  # fmt: skip
+                "2", "--log-dir", str(run_dir / "torchrun"), str(script), *args]  # fmt: skip
     options = {"fork": ["--cold"], "warm": [], "spawn": ["--cold", "--worker-start", "spawn"]}
     return [pyinit, "run", "--nproc-per-node", "2", "--monitor-interval", "0", "--run-dir",
             str(run_dir), *options[launcher], "--", str(script), *args]  # fmt: skip

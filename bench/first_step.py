@@ -86,8 +86,10 @@ def variants(nproc: int, script_args: list[str]) -> dict[str, Callable[[Path, in
 
     def plain(folder: Path, restarts: int) -> list[str]:
         (folder / "status").mkdir(parents=True, exist_ok=True)
+        # --log-dir as pyinit run passes it: torchrun's default is a new /tmp folder each time
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                str(nproc), "--max-restarts", str(restarts), "-m", "pyinit.run.wrapper",
+                str(nproc), "--max-restarts", str(restarts), "--log-dir", str(folder / "torchrun"),
+                "-m", "pyinit.run.wrapper",
                 str(folder / "status"), "script", str(EXAMPLE), *script_args]  # fmt: skip
 
     return {COLD: pyinit_run("--cold"), WARM: pyinit_run(), SPAWN: pyinit_run(

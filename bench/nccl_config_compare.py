@@ -69,6 +69,8 @@ def run_allreduce(gpus: int, sizes: str, extra_env: dict[str, str], work: Path, 
         "-m",
         "torch.distributed.run",
         "--standalone",
+        "--log-dir",  # torchrun's default is a new /tmp folder each time
+        str(work / f"{tag}-torchrun"),
         f"--nproc-per-node={gpus}",
         "-m",
         "pyinit.bench.collectives",

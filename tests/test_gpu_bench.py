@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 
 import pytest
@@ -58,11 +59,15 @@ def test_collective_sweep(pyinit_bin, tmp_path, command):
     flags = ["-g", str(ranks), "-b", "8", "-e", "64K", "-f", "4", "-n", "3", "-w", "1"]
     flags += ["-d", "half"] if command == "broadcast" else []
     flags += ["-o", "max"] if collective.reduces else []
+    scratch = tmp_path / "tmp"  # torchrun's default log folder went here, and stayed
+    scratch.mkdir()
     result = subprocess.run(
         [pyinit_bin, "bench", command, *flags, "--out", tmp_path],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={**os.environ, "TMPDIR": str(scratch)},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
+    assert not list(scratch.iterdir())
     lines = result.stdout.splitlines()
     assert lines[3].split()[1:6] == ["size", "count", "type", "redop", "root"]
     assert f"{command} [7/7] " in result.stderr  # progress, one line per size

@@ -29,6 +29,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -506,15 +507,17 @@ def main(args: argparse.Namespace) -> int:
         env.setdefault(key, value)
     tuning = _tuning_options(args.tuning, gpus, env) if args.tuning else []
     rows_file = out / f".{command}-rows.json"
-    worker_command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone",
-        "--nproc-per-node", str(args.ngpus), "--no-python", sys.executable, "-P",
-        "-m", "pyinit.bench.collectives", collective.name,
-        "--sizes", ",".join(map(str, sizes)), "-d", args.datatype, "-o", op, "-r", str(root),
-        "--iterations", str(args.iters), "--warmup", str(args.warmup_iters),
-        "--out", str(rows_file), "--progress", "--rounds", str(args.rounds), *tuning,
-    ]  # fmt: skip
-    workers = subprocess.run(worker_command, env=env)
+    # torchrun's log folder, which it would otherwise leave in /tmp
+    with tempfile.TemporaryDirectory(prefix="pyinit-bench-") as logs:
+        worker_command = [
+            sys.executable, "-m", "torch.distributed.run", "--standalone", "--log-dir", logs,
+            "--nproc-per-node", str(args.ngpus), "--no-python", sys.executable, "-P",
+            "-m", "pyinit.bench.collectives", collective.name,
+            "--sizes", ",".join(map(str, sizes)), "-d", args.datatype, "-o", op, "-r", str(root),
+            "--iterations", str(args.iters), "--warmup", str(args.warmup_iters),
+            "--out", str(rows_file), "--progress", "--rounds", str(args.rounds), *tuning,
+        ]  # fmt: skip
+        workers = subprocess.run(worker_command, env=env)
     if workers.returncode != 0:
         print(f"pyinit bench {command}: the workers failed (torchrun exited with "
               f"{workers.returncode}); see the lines above", file=sys.stderr)  # fmt: skip

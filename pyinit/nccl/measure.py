@@ -291,7 +291,9 @@ def run(gpus: int, *, collectives: list[str], budget: float, min_bytes: int, max
         out = os.path.join(folder, "timings.json")
         log = os.path.join(folder, "ranks.log")
         command = [
+            # --log-dir: torchrun's default is a new /tmp folder that outlives it
             sys.executable, "-m", "torch.distributed.run", "--standalone",
+            "--log-dir", os.path.join(folder, "torchrun"),
             "--nproc-per-node", str(gpus), "--no-python", sys.executable, "-P",
             "-m", "pyinit.nccl.measure", "--collectives", ",".join(collectives),
             "--min-bytes", str(min_bytes), "--max-bytes", str(max_bytes),
