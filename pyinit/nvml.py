@@ -11,6 +11,7 @@ carry on from sysfs alone.
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
 import threading
 import time
@@ -101,6 +102,28 @@ class NvmlBackend(Protocol):
         ...
 
 
+# Signals a thread that faults must still receive; every other is blocked in
+# the driver's own threads (driver_init).
+_SYNCHRONOUS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGTRAP,
+                signal.SIGSYS}  # fmt: skip
+
+
+def driver_init(pynvml: Any) -> None:
+    """``pynvml.nvmlInit()`` with every asynchronous signal blocked while it
+    runs, so that the thread of libcuda's it starts (driver 580) inherits
+    that mask and never takes a signal sent to this process. With the mask
+    open there, a TERM to ``pyinit run``, which blocks its signals and takes
+    them with sigtimedwait, could go to that thread, whose default action
+    ended the process; a Ctrl-C became a KeyboardInterrupt mid-wait (both
+    seen on an H200 node). A signal that comes meanwhile waits until the
+    caller's mask is back."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals() - _SYNCHRONOUS)
+    try:
+        pynvml.nvmlInit()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 # nvmlInit holds the caller for most of a health check's time (87 ms on an
 # H200 node, in the driver, without the GIL), so a command that will need NVML
 # can start it before its own imports and parsing; open() then finds it done.
@@ -116,7 +139,7 @@ def begin_driver_init() -> None:
         with contextlib.suppress(Exception):
             import pynvml
 
-            pynvml.nvmlInit()
+            driver_init(pynvml)
 
     if _early_init is None:
         _early_init = threading.Thread(target=init, name="nvml-init", daemon=True)
@@ -139,7 +162,7 @@ class PynvmlBackend:
                 "nvidia-ml-py is not installed (it comes with pod-init: reinstall it)"
             ) from None
         try:
-            pynvml.nvmlInit()
+            driver_init(pynvml)
         except pynvml.NVMLError as e:
             raise NvmlUnavailable(f"NVML did not initialise: {e}") from None
         self._nvml = pynvml

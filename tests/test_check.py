@@ -179,6 +179,39 @@ def test_nvml_starts_early_in_its_own_thread_and_open_waits_for_it(monkeypatch):
     assert opened == ["NVML did not initialise: Driver Not Loaded"]
 
 
+def test_the_driver_s_threads_take_no_signal_sent_to_the_process(monkeypatch):
+    """nvmlInit (driver 580) starts a thread of libcuda's, which inherits the
+    caller's signal mask: open there, it took the TERM and Ctrl-C meant for
+    pyinit run's sigtimedwait (on an H200 node). Here nvmlInit starts a
+    thread as the driver's does, through both ways NVML is initialised."""
+    import signal
+    import threading
+    import types
+
+    from pyinit import nvml
+
+    masks = []
+
+    def init():
+        driver = threading.Thread(target=lambda: masks.append(
+            signal.pthread_sigmask(signal.SIG_BLOCK, [])))  # fmt: skip
+        driver.start()
+        driver.join()
+
+    monkeypatch.setitem(
+        sys.modules, "pynvml", types.SimpleNamespace(nvmlInit=init, NVMLError=RuntimeError)
+    )
+    monkeypatch.setattr(nvml, "_early_init", None)
+    caller = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    nvml.begin_driver_init()
+    nvml.PynvmlBackend().open()  # waits for the early init, then initialises again
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == caller  # the caller's mask is back
+    process_signals = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
+                       signal.SIGCHLD, signal.SIGUSR1}  # fmt: skip
+    assert len(masks) == 2 and all(process_signals <= mask for mask in masks), masks
+    assert not any(signal.SIGSEGV in mask for mask in masks)  # a fault is still the thread's
+
+
 def _open_error(nvml):
     try:
         nvml.PynvmlBackend().open()
