@@ -117,8 +117,9 @@ def test_the_compile_preloads_cover_a_first_compiled_step(tmp_path):
     than a few dozen small modules besides the code inductor generates."""
     script = """
 import json, sys
-from pyinit.run.preload import COMPILE_PRELOADS, DEFAULT_PRELOADS, fork_unsafe, import_all
-import_all(DEFAULT_PRELOADS + COMPILE_PRELOADS)
+from pyinit.run.preload import DEFAULT_PRELOADS, fork_unsafe, import_all, import_compile_set
+import_all(DEFAULT_PRELOADS)
+import_compile_set()
 assert fork_unsafe() == "", fork_unsafe()
 before = set(sys.modules)
 import torch, torch.distributed as dist

@@ -68,7 +68,8 @@ def compute_compile_caches(probe_cpu: bool = True) -> None:
     inductor's hash of torch's own source files (``torch_key``, part of
     every cache key: 0.15-0.2 s on the 2-core VM), triton's hash of its
     compiler and library (``triton_key``, in every cache key where triton is
-    installed: 0.3-0.5 s of a compiled worker's first step on an H200 host)
+    installed: 0.3-0.5 s of a compiled worker's first step on an H200 host;
+    with it, the one triton module that step imports only after asking the GPU)
     and the check of which vector instructions the CPU's C++ kernels may use
     (``valid_vec_isa_list``: it builds and loads a probe program for each, in
     subprocesses, 1.2-1.8 s on the VM). None of them initialises CUDA or
@@ -89,6 +90,9 @@ def compute_compile_caches(probe_cpu: bool = True) -> None:
 
         if HAS_TRITON:
             triton_key()
+            # What a first compiled step imports on a GPU with TMA (an H200), once
+            # torch.utils._triton has asked the device, which cannot be asked here.
+            importlib.import_module("triton.tools.tensor_descriptor")
     if not probe_cpu or torch.version.cuda or getattr(torch.version, "hip", None):
         return
     with contextlib.suppress(Exception):
