@@ -1,5 +1,6 @@
 """A small transformer language model trained with DDP on token shards read
-through TokenShardDataset: NCCL on GPUs, gloo on CPU. Run it under
+through TokenShardDataset: NCCL with a GPU for each of the node's ranks,
+else gloo on the CPU. Run it under
 `pyinit run` (or torchrun):
 
     pyinit run --nproc-per-node 2 -- examples/train_tiny.py --data build/shards --steps 200
@@ -14,6 +15,7 @@ import argparse
 import json
 import math
 import os
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -73,7 +75,14 @@ def main() -> None:
                         "blocks before wrapping them)")  # fmt: skip
     args = parser.parse_args()
 
-    cuda = torch.cuda.is_available()
+    # A GPU for each of this node's ranks, or the CPU for all of them (one
+    # backend for the whole group: a rank without a GPU cannot join NCCL's).
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    gpus = torch.cuda.device_count()
+    cuda = gpus >= local_ranks
+    if 0 < gpus < local_ranks and os.environ.get("LOCAL_RANK", "0") == "0":
+        print(f"{local_ranks} ranks on this node and {gpus} GPU(s): training on the CPU",
+              file=sys.stderr, flush=True)  # fmt: skip
     dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     device = (

@@ -220,7 +220,11 @@ def test_a_slow_data_path_is_the_largest_loss(pyinit_bin, shards, tmp_path):
     losses = {k: v["seconds"] for k, v in document["breakdown"].items() if k != "productive"}
     assert max(losses, key=losses.get) == "data", losses
     assert losses["data"] >= 2 * 20 * 1.0 * 0.9, losses  # 2 ranks, 20 steps, 1 s each
-    assert document["findings"][0].split(" waited for data")[0].endswith("rank-seconds)")
+    # GPU-seconds where the monitor saw GPUs (the node's, whatever the ranks ran on)
+    samples = [json.loads(line) for line in (run_dir / "monitor.jsonl").read_text().splitlines()]
+    unit = "GPU" if any(sample.get("gpus") for sample in samples) else "rank"
+    assert document["unit"] == unit
+    assert document["findings"][0].split(" waited for data")[0].endswith(f"{unit}-seconds)")
     assert document["ended"]
     assert (run_dir / "report.html").exists()
 
