@@ -57,7 +57,10 @@ def test_a_node_without_gpus_or_nvml_is_ok_and_says_what_it_skipped(
 ):
     tree = sysfs_fixtures.SysfsTree(tmp_path / "sys")  # no GPU: nothing bound to the nvidia driver
     (tmp_path / "dmesg.txt").write_text("")
-    monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path))  # no libnvidia-ml here
+    # The loader stops at the first libnvidia-ml it finds, this one, which is no
+    # library: NVML cannot load here, even on a machine with the driver.
+    (tmp_path / "libnvidia-ml.so.1").write_text("not a library\n" * 100)
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path))
     done, _ = check(pyinit_bin, "--sysfs-root", tree.root, "--kmsg", tmp_path / "dmesg.txt")
     assert done.returncode == 0, done.stdout + done.stderr
     first, *rest = done.stdout.splitlines()
