@@ -103,25 +103,37 @@ class NvmlBackend(Protocol):
 
 
 # Signals a thread that faults must still receive; every other is blocked in
-# the driver's own threads (driver_init).
+# the threads that initialise NVML, and so in the driver's own (_init_thread).
 _SYNCHRONOUS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGTRAP,
                 signal.SIGSYS}  # fmt: skip
 
 
-def driver_init(pynvml: Any) -> None:
-    """``pynvml.nvmlInit()`` with every asynchronous signal blocked while it
-    runs, so that the thread of libcuda's it starts (driver 580) inherits
-    that mask and never takes a signal sent to this process. With the mask
-    open there, a TERM to ``pyinit run``, which blocks its signals and takes
-    them with sigtimedwait, could go to that thread, whose default action
-    ended the process; a Ctrl-C became a KeyboardInterrupt mid-wait (both
-    seen on an H200 node). A signal that comes meanwhile waits until the
-    caller's mask is back."""
+def _init_thread(failures: list[BaseException]) -> threading.Thread:
+    """A started thread that imports pynvml and runs ``nvmlInit()`` (its
+    error, if any, into `failures`) with every asynchronous signal blocked: the thread of
+    libcuda's that nvmlInit starts (driver 580) inherits that mask, and so
+    never takes a signal sent to this process. With the mask open there, a
+    TERM to ``pyinit run``, which blocks its signals and takes them with
+    sigtimedwait, could go to that thread, whose default action ended the
+    process; a Ctrl-C became a KeyboardInterrupt mid-wait (both seen on an
+    H200 node). The caller's own mask is closed only while the thread
+    starts: a driver that hangs in nvmlInit still leaves it interruptible."""
+
+    def init() -> None:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+        except BaseException as error:
+            failures.append(error)
+
+    thread = threading.Thread(target=init, name="nvml-init", daemon=True)
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals() - _SYNCHRONOUS)
     try:
-        pynvml.nvmlInit()
+        thread.start()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    return thread
 
 
 # nvmlInit holds the caller for most of a health check's time (87 ms on an
@@ -135,15 +147,8 @@ def begin_driver_init() -> None:
     failure here is met again, and reported, by the open() that follows."""
     global _early_init
 
-    def init() -> None:
-        with contextlib.suppress(Exception):
-            import pynvml
-
-            driver_init(pynvml)
-
     if _early_init is None:
-        _early_init = threading.Thread(target=init, name="nvml-init", daemon=True)
-        _early_init.start()
+        _early_init = _init_thread([])
 
 
 class PynvmlBackend:
@@ -161,10 +166,12 @@ class PynvmlBackend:
             raise NvmlUnavailable(
                 "nvidia-ml-py is not installed (it comes with pod-init: reinstall it)"
             ) from None
-        try:
-            driver_init(pynvml)
-        except pynvml.NVMLError as e:
-            raise NvmlUnavailable(f"NVML did not initialise: {e}") from None
+        failures: list[BaseException] = []
+        _init_thread(failures).join()
+        if failures and isinstance(failures[0], pynvml.NVMLError):
+            raise NvmlUnavailable(f"NVML did not initialise: {failures[0]}") from None
+        if failures:
+            raise failures[0]
         self._nvml = pynvml
 
     def close(self) -> None:

@@ -178,7 +178,7 @@ def test_nvml_starts_early_in_its_own_thread_and_open_waits_for_it(monkeypatch):
     assert opener.is_alive() and calls == ["nvml-init"]  # open() waits for the early init
     released.set()
     opener.join(5)
-    assert calls == ["nvml-init", opener.name]
+    assert calls == ["nvml-init", "nvml-init"]  # open()'s own init, in a thread of its own
     assert opened == ["NVML did not initialise: Driver Not Loaded"]
 
 
@@ -193,13 +193,16 @@ def test_the_driver_s_threads_take_no_signal_sent_to_the_process(monkeypatch):
 
     from pyinit import nvml
 
-    masks = []
+    masks, callers = [], []
+    caller_status = f"/proc/self/task/{threading.main_thread().native_id}/status"
 
     def init():
         driver = threading.Thread(target=lambda: masks.append(
             signal.pthread_sigmask(signal.SIG_BLOCK, [])))  # fmt: skip
         driver.start()
         driver.join()
+        with open(caller_status) as status:  # the caller's mask while the driver initialises
+            callers.append(next(line for line in status if line.startswith("SigBlk:")))
 
     monkeypatch.setitem(
         sys.modules, "pynvml", types.SimpleNamespace(nvmlInit=init, NVMLError=RuntimeError)
@@ -213,6 +216,9 @@ def test_the_driver_s_threads_take_no_signal_sent_to_the_process(monkeypatch):
                        signal.SIGCHLD, signal.SIGUSR1}  # fmt: skip
     assert len(masks) == 2 and all(process_signals <= mask for mask in masks), masks
     assert not any(signal.SIGSEGV in mask for mask in masks)  # a fault is still the thread's
+    # A driver that hangs in nvmlInit leaves the caller open to TERM and Ctrl-C.
+    term_and_int = (1 << (signal.SIGTERM - 1)) | (1 << (signal.SIGINT - 1))
+    assert [int(line.split()[1], 16) & term_and_int for line in callers] == [0, 0], callers
 
 
 def _open_error(nvml):
