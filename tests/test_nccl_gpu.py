@@ -64,6 +64,7 @@ def test_nccl_loads_the_topology_file_and_sums_right(tmp_path: Path, pyinit_bin:
             "-m",
             "torch.distributed.run",
             "--standalone",
+            f"--log-dir={tmp_path / 'torchrun'}",  # not a new /tmp folder that stays
             "--nproc-per-node=2",
             "-m",
             "pyinit.bench.collectives",
@@ -146,7 +147,8 @@ def test_nccl_loads_the_tuner_plugin_and_refuses_a_stale_table(tmp_path: Path, s
                NCCL_TUNER_PLUGIN=str(plugin_path()), **{TABLE_ENV: str(table)})  # fmt: skip
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone",
-         f"--nproc-per-node={ranks}", str(tmp_path / "allreduce.py")],
+         f"--log-dir={tmp_path / 'torchrun'}", f"--nproc-per-node={ranks}",
+         str(tmp_path / "allreduce.py")],
         env=env, capture_output=True, text=True, cwd=tmp_path,
     )  # fmt: skip
     log = done.stdout + done.stderr
