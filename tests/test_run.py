@@ -295,9 +295,11 @@ def test_a_failed_rank_whose_teardown_hangs_is_ended_and_named(pyinit_bin, tmp_p
     # Rank 0 waits in its barrier until rank 1 has exited: gloo's own timeout is 30 minutes.
     assert time.monotonic() - began < 100
     teardown = tmp_path / "run" / "status" / "teardown-rank1.txt"
-    # Rank 0 may have heard of rank 1's end in its all-reduce first: a casualty's line.
+    # Rank 0 may have heard of rank 1's end in its all-reduce first: a casualty's line;
+    # on a node of several GPUs, the run may say first why it uses no NCCL tuning.
     lines = [line for line in result.stderr.splitlines() if line.startswith("pyinit run:")
-             and "because another rank is gone" not in line]  # fmt: skip
+             and "because another rank is gone" not in line
+             and not line.startswith("pyinit run: NCCL tuning not used")]  # fmt: skip
     assert lines[0].startswith("pyinit run: rank 1 failed first"), result.stderr[-3000:]
     assert lines[1] == (f"pyinit run: rank 1 failed and its interpreter did not end within 10 s; "
                         f"it was ended (its threads then: {teardown})")  # fmt: skip
