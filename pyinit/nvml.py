@@ -110,9 +110,9 @@ _SYNCHRONOUS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, sig
 
 def _init_thread(failures: list[BaseException]) -> threading.Thread:
     """A started thread that imports pynvml and runs ``nvmlInit()`` (its
-    error, if any, into `failures`) with every asynchronous signal blocked: the thread of
-    libcuda's that nvmlInit starts (driver 580) inherits that mask, and so
-    never takes a signal sent to this process. With the mask open there, a
+    error, if any, into `failures`) with every asynchronous signal blocked:
+    the thread of libcuda's that nvmlInit starts (driver 580) inherits that
+    mask, and so never takes a signal sent to this process. With the mask open there, a
     TERM to ``pyinit run``, which blocks its signals and takes them with
     sigtimedwait, could go to that thread, whose default action ended the
     process; a Ctrl-C became a KeyboardInterrupt mid-wait (both seen on an
