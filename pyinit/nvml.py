@@ -112,12 +112,13 @@ def _init_thread(failures: list[BaseException]) -> threading.Thread:
     """A started thread that imports pynvml and runs ``nvmlInit()`` (its
     error, if any, into `failures`) with every asynchronous signal blocked:
     the thread of libcuda's that nvmlInit starts (driver 580) inherits that
-    mask, and so never takes a signal sent to this process. With the mask open there, a
-    TERM to ``pyinit run``, which blocks its signals and takes them with
-    sigtimedwait, could go to that thread, whose default action ended the
-    process; a Ctrl-C became a KeyboardInterrupt mid-wait (both seen on an
-    H200 node). The caller's own mask is closed only while the thread
-    starts: a driver that hangs in nvmlInit still leaves it interruptible."""
+    mask, and so never takes a signal sent to this process. With the mask
+    open there, a TERM to ``pyinit run``, which blocks its signals and takes
+    them with sigtimedwait, could go to that thread, whose default action
+    ended the process; a Ctrl-C became a KeyboardInterrupt mid-wait (both
+    seen on an H200 node). The caller's own mask is closed only while the
+    thread starts: a driver that hangs in nvmlInit still leaves it
+    interruptible."""
 
     def init() -> None:
         try:
