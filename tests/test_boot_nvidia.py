@@ -191,7 +191,8 @@ def test_pid1_brings_up_an_hgx_node_in_order_then_locks_modules(gpu_images):
         "nvidia", "nvidia_modeset", "nvidia_uvm"]  # fmt: skip
     assert "nvidia: parameters NVreg_EnableGpuFirmware=0 standin_gpus=" in log
     assert re.search(r"nvidia: 8 GPUs bound by the driver after (\d+) ms", log), log
-    assert int(re.search(r"bound by the driver after (\d+) ms", log)[1]) >= 250  # the probe's delay
+    # Counted from the driver's load, which schedules the bind 300 ms on: no less, but a timer tick.
+    assert int(re.search(r"bound by the driver after (\d+) ms", log)[1]) >= 290
     # The order a node needs: scan, modules, GPUs, nodes, persistence, fabric, NCCL, lock, exec.
     order = [at("scan: "), at("module nvidia "), at("nvidia: 8 GPUs bound"),
              at("nvidia: 11 device nodes made"), at("persistence: nvidia-persistenced started"),

@@ -167,14 +167,14 @@ int load_modules(const std::string& release_dir, const std::vector<std::string>&
   std::vector<std::string> order;
   if (int rc = index_and_order(release_dir, wanted, &index, &order, missing); rc < 0) return rc;
   for (const std::string& name : order) {
-    ModuleLoad load{name, 0, 0};
+    ModuleLoad load{name};
     if (access((sys_module_dir + "/" + name).c_str(), F_OK) == 0) {
       load.already = true;
       loads->push_back(load);
       continue;
     }
     const std::string& path = index.path.at(name);
-    uint64_t start = boottime_ns();
+    load.started_ns = boottime_ns();
     int fd = open((release_dir + "/" + path).c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
       load.result = -errno;
@@ -188,7 +188,7 @@ int load_modules(const std::string& release_dir, const std::vector<std::string>&
       }
       close(fd);
     }
-    load.nanoseconds = boottime_ns() - start;
+    load.nanoseconds = boottime_ns() - load.started_ns;
     loads->push_back(load);
     if (load.result < 0) return load.result;
   }

@@ -46,7 +46,8 @@ struct ModuleLoad {
   std::string name;
   int result = 0;  // 0, or -errno from open or finit_module (-EEXIST counts as loaded)
   uint64_t nanoseconds = 0;
-  bool already = false;  // loaded before we asked: nothing was read or handed over
+  uint64_t started_ns = 0;  // CLOCK_BOOTTIME when its load began (0 when already loaded)
+  bool already = false;     // loaded before we asked: nothing was read or handed over
 };
 
 // The running kernel's module folder: /lib/modules/$(uname -r).

@@ -126,13 +126,16 @@ void NvidiaBringup::load_modules_step() {
   std::vector<ModuleLoad> loads;
   int rc = load_modules(release, wanted, &loads, &missing, {{"nvidia", options_.nvreg}},
                         options_.sys_module_dir);
-  for (const ModuleLoad& load : loads) log(module_load_line(load));
+  for (const ModuleLoad& load : loads) {
+    log(module_load_line(load));
+    if (load.name == "nvidia") driver_load_started_ns_ = load.started_ns;
+  }
   if (!options_.nvreg.empty()) log("nvidia: parameters " + options_.nvreg);
   if (rc < 0) throw SysError(-rc, "load module " + (loads.empty() ? missing : loads.back().name));
 }
 
 void NvidiaBringup::wait_for_gpus() {
-  const uint64_t start = monotonic_ms();
+  const uint64_t wait_started_ns = boottime_ns();
   std::vector<std::string> unbound;
   for (;;) {
     unbound.clear();
@@ -140,7 +143,7 @@ void NvidiaBringup::wait_for_gpus() {
       if (!exists(options_.proc_dir + "/driver/nvidia/gpus/" + bdf)) unbound.push_back(bdf);
     }
     if (unbound.empty()) break;
-    if (monotonic_ms() - start >= uint64_t{options_.deadline_s} * 1000) {
+    if (boottime_ns() - wait_started_ns >= uint64_t{options_.deadline_s} * 1000000000) {
       throw std::runtime_error(
           "nvidia: " + std::to_string(unbound.size()) + " of " +
           std::to_string(hardware_.gpus.size()) + " GPUs not bound by the driver after " +
@@ -149,8 +152,11 @@ void NvidiaBringup::wait_for_gpus() {
     }
     usleep(kPollMs * 1000);
   }
+  // The driver binds GPUs asynchronously from its own load, while the modules after it load
+  // and their lines are written: counting from there is the driver's time to bind.
+  const uint64_t since = driver_load_started_ns_ != 0 ? driver_load_started_ns_ : wait_started_ns;
   log("nvidia: " + std::to_string(hardware_.gpus.size()) + " GPUs bound by the driver after " +
-      std::to_string(monotonic_ms() - start) + " ms");
+      std::to_string((boottime_ns() - since) / 1000000) + " ms");
 }
 
 void NvidiaBringup::make_nodes() {

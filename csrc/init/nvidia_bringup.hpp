@@ -86,6 +86,7 @@ class NvidiaBringup {
   bool persistence_by_nvml_ = false;
   pid_t watch_ = -1;
   int watch_output_ = -1;
+  uint64_t driver_load_started_ns_ = 0;  // 0 when the driver was loaded before us
   uint64_t watch_started_ns_ = 0;
   uint64_t fabric_started_ns_ = 0;
   std::vector<BootPhase> phases_;
