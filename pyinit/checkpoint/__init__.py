@@ -214,12 +214,19 @@ def _snapshot(items: list[tuple[str, torch.Tensor]]) -> Snapshot:
     arena = staging.snapshots.take(_nbytes(items), pinned)
     snapshot = []
     at = 0
-    for name, tensor in items:
-        nbytes = tensor.numel() * tensor.element_size()
-        copy = arena[at : at + nbytes].view(tensor.dtype).reshape(tensor.shape)
-        copy.copy_(tensor.detach(), non_blocking=tensor.is_cuda)
-        snapshot.append((name, copy))
-        at += nbytes
+    try:
+        for name, tensor in items:
+            nbytes = tensor.numel() * tensor.element_size()
+            copy = arena[at : at + nbytes].view(tensor.dtype).reshape(tensor.shape)
+            copy.copy_(tensor.detach(), non_blocking=tensor.is_cuda)
+            snapshot.append((name, copy))
+            at += nbytes
+    except BaseException:
+        # The copies queued so far still write into the arena: they run before it is reused.
+        for device in {t.device for _, t in items[: len(snapshot) + 1] if t.is_cuda}:
+            torch.cuda.current_stream(device).synchronize()
+        staging.snapshots.give(arena, pinned)
+        raise
     copied = []
     for device in {t.device for _, t in items if t.is_cuda}:
         event = torch.cuda.Event()

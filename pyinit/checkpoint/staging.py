@@ -17,8 +17,10 @@ blocks', whatever the checkpoint's size.
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -42,6 +44,8 @@ ALIGN = 4096  # O_DIRECT's offset and length unit on the filesystems checkpoints
 
 
 WRITER_DEPTH = 16  # the writer's own 1 MiB blocks in flight behind a device save's
+HUGE_PAGE = 2 << 20  # a transparent huge page where the base page is 4 KiB (x86-64, arm64)
+FAULT_THREADS = 8  # at most: they zero fresh pages in parallel, each at one core's memory speed
 
 
 def device_problem(device: torch.device | None) -> str:
@@ -75,11 +79,50 @@ def block(pinned: bool, nbytes: int = 0) -> torch.Tensor:
     return torch.from_numpy(aligned_empty(nbytes))
 
 
+def registered_empty(nbytes: int) -> torch.Tensor:
+    """`nbytes` of page-locked host memory, page-aligned, for a state's
+    snapshot. torch's ``pin_memory`` (cudaHostAlloc) zeroes and locks the
+    pages on one thread, 0.67-0.84 s for 2 GiB on an H200 host, and the
+    first background save blocks for it. Anonymous memory in huge pages,
+    faulted in by several threads and then registered with CUDA, took
+    0.10 s there, and the copies into it run as fast (bench/NOTES.md).
+    Where the registration fails, torch's allocation. Freed once no view
+    of it is left: a save keeps it in `snapshots`."""
+    size = -(-max(nbytes, 1) // HUGE_PAGE) * HUGE_PAGE
+    area = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):  # a hint: without huge pages the threads still help
+        area.madvise(mmap.MADV_HUGEPAGE)
+    pages = np.frombuffer(area, dtype=np.uint8)
+    address = pages.ctypes.data
+    threads = max(1, min(FAULT_THREADS, len(os.sched_getaffinity(0)), size // HUGE_PAGE))
+    share = -(-size // threads // HUGE_PAGE) * HUGE_PAGE
+    with ThreadPoolExecutor(threads, thread_name_prefix="pyinit-pin") as pool:
+        # One written byte a page faults it in; numpy lets go of the GIL while it writes.
+        list(pool.map(lambda at: pages[at : at + share : 4096].fill(0), range(0, size, share)))
+        # A failed CUDA call stays the calling thread's last error, which torch's next
+        # kernel launch there would report as its own: a pool thread makes it.
+        registered = pool.submit(torch.cuda.cudart().cudaHostRegister, address, size, 1).result()
+    if int(registered) != 0:
+        del pages
+        area.close()
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    weakref.finalize(pages, _unregister, area, address).atexit = False
+    return torch.from_numpy(pages)[:nbytes]
+
+
+def _unregister(area: mmap.mmap, address: int) -> None:
+    """Unlocks `area` once no view of it is left; it is unmapped with the
+    last reference to it, this call's. torch keeps its own pinned memory
+    until the copies queued into it have run, but not registered memory:
+    whoever drops a view must have waited for its copies."""
+    torch.cuda.cudart().cudaHostUnregister(address)
+
+
 class SnapshotPool:
     """Host memory a background save copies the state into, kept for the
-    next one: pinning costs about half a second per GB (cudaHostAlloc), so
-    only the first background save pays it, and later ones block for the
-    copy alone. One spare per kind, the largest, is kept."""
+    next one: pinning it costs time (`registered_empty`), so only the first
+    background save pays it, and later ones block for the copy alone. One
+    spare per kind, the largest, is kept."""
 
     def __init__(self) -> None:
         self._spare: dict[bool, torch.Tensor] = {}
@@ -90,7 +133,7 @@ class SnapshotPool:
             spare = self._spare.get(pinned)
             if spare is not None and spare.numel() >= nbytes:
                 return self._spare.pop(pinned)
-        return block(pinned, max(nbytes, 1))
+        return registered_empty(nbytes) if pinned else block(False, max(nbytes, 1))
 
     def give(self, arena: torch.Tensor, pinned: bool) -> None:
         with self._lock:
