@@ -24,6 +24,7 @@ from conftest import run_events as events
 from pyinit.run.preload import COMPILE_PRELOAD_STEPS
 
 DETERMINISTIC = Path(__file__).parent / "data" / "deterministic_train.py"
+ISA_REPORT = Path(__file__).parent / "data" / "cpu_isa_report.py"
 PYINIT = str(BIN_DIR / "pyinit")
 
 
@@ -506,10 +507,77 @@ def test_the_first_launch_leaves_a_warm_interpreter_and_says_so_once(tmp_path):
         while warm_status(env)["compile_preloads_pending"] and time.monotonic() < deadline:
             time.sleep(0.5)
         assert warm_status(env)["compile_preloads_pending"] == 0
+        # Then the CPU's vector-ISA probe, in a child of its own: a worker forked
+        # after it finds the probe's answers, the same as a probe of its own.
+        while warm_status(env)["cpu_probe_running"] and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not warm_status(env)["cpu_probe_running"]
         assert "left to the scripts that compile" not in (folder / "warm.log").read_text()
+        third = run(env, tmp_path / "third", script=ISA_REPORT, script_args=(str(tmp_path),))
+        assert third.returncode == 0, third.stderr[-3000:]
+        assert warm_event(tmp_path / "third")["used"] is True
+        fresh = subprocess.run([sys.executable, str(ISA_REPORT), str(tmp_path / "fresh")],
+                               capture_output=True, text=True, timeout=240)  # fmt: skip
+        assert fresh.returncode == 0, fresh.stderr
+        found = json.loads((tmp_path / "isa-rank0.json").read_text())
+        probed = json.loads((tmp_path / "fresh" / "isa-rank0.json").read_text())
+        assert not probed["known_at_start"]
+        assert found["isas"] == probed["isas"]
+        assert found["known_at_start"] is build_compiles_for_cpu()
     finally:
         stop_warm(env)
     assert warm_pid(env) is None
+    deadline = time.monotonic() + 30
+    while warm_processes(folder) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not warm_processes(folder), "the warm interpreter or its CPU probe still runs"
+
+
+def warm_processes(folder: Path) -> list[int]:
+    """The warm interpreter's processes for `folder` (forked children included)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if (
+                proc.name.isdigit()
+                and b"pyinit.run.warm.server" in (proc / "cmdline").read_bytes()
+                and f"PYINIT_WARM_DIR={folder}".encode() in (proc / "environ").read_bytes()
+            ):
+                found.append(int(proc.name))
+    return found
+
+
+def build_compiles_for_cpu() -> bool:
+    import torch
+
+    return not (torch.version.cuda or getattr(torch.version, "hip", None))
+
+
+def test_recorded_probe_verdicts_decide_the_isas_and_nothing_is_built():
+    """prime_cpu_isa answers every check from the verdicts it is given
+    (here: every check of a real probe, refused) and builds or loads nothing."""
+    probe = ("import json\nfrom pyinit.run import preload\n"
+             "print(json.dumps(preload.probe_cpu_isa()))\n")  # fmt: skip
+    probed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            timeout=240)  # fmt: skip
+    assert probed.returncode == 0, probed.stderr[-3000:]
+    verdicts = json.loads(probed.stdout)
+    if not verdicts:
+        pytest.skip("this CPU has no vector ISA that inductor probes")
+    prime = (
+        "import json, sys\n"
+        "from torch._inductor import cpu_vec_isa\n"
+        "from pyinit.run import preload\n"
+        "def refused(*args):\n"
+        "    raise AssertionError('a check was built and loaded')\n"
+        "cpu_vec_isa.VecISA.check_build = refused\n"
+        "preload.prime_cpu_isa(dict.fromkeys(json.load(sys.stdin), False))\n"
+        "print(json.dumps([str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()]))\n"
+    )
+    primed = subprocess.run([sys.executable, "-c", prime], input=probed.stdout,
+                            capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert primed.returncode == 0, primed.stderr[-3000:]
+    assert json.loads(primed.stdout) == []
 
 
 def test_one_started_for_a_launch_at_once_leaves_the_compile_set_for_later(tmp_path, warm_env):

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import hashlib
 import importlib
 import importlib.machinery
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from pyinit.errors import InputError
 
@@ -79,7 +81,6 @@ def compute_compile_caches(probe_cpu: bool = True) -> None:
     that came meanwhile. A torch built for GPUs never probes here: its
     compiled steps run on the GPU, and on an H200 host the probe's three
     fresh interpreters took 15-40 s, which a restart waited for."""
-    import torch
 
     with contextlib.suppress(Exception):
         from torch._inductor import codecache
@@ -93,11 +94,74 @@ def compute_compile_caches(probe_cpu: bool = True) -> None:
             # What a first compiled step imports on a GPU with TMA (an H200), once
             # torch.utils._triton has asked the device, which cannot be asked here.
             importlib.import_module("triton.tools.tensor_descriptor")
-    if not probe_cpu or torch.version.cuda or getattr(torch.version, "hip", None):
+    if not probe_cpu or not compiles_for_cpu():
         return
     with contextlib.suppress(Exception):
         from torch._inductor import cpu_vec_isa
 
+        cpu_vec_isa.valid_vec_isa_list()
+
+
+def compiles_for_cpu() -> bool:
+    """Whether this torch's compiled steps run on the CPU (a build without
+    CUDA or ROCm), and so need inductor's CPU vector-ISA probe."""
+    import torch
+
+    return not (torch.version.cuda or getattr(torch.version, "hip", None))
+
+
+def _check_key(isa: Any, code: str) -> str:
+    """One of the probe's checks: the ISA, the compiler flags it builds with
+    (AVX-512's bf16 check adds one) and the program it builds."""
+    return f"{isa}|{isa.build_arch_flags()}|{hashlib.sha256(code.encode()).hexdigest()[:16]}"
+
+
+@contextlib.contextmanager
+def _checks_answered_by(answer: Callable[[Any, str, Callable[[Any, str], bool]], bool],
+                        ) -> Iterator[None]:  # fmt: skip
+    """Inductor's ``VecISA.check_build`` (build a small program with an ISA's
+    flags, then load it in a fresh interpreter) answered by `answer(isa,
+    code, check_build)` while the block runs."""
+    from torch._inductor import cpu_vec_isa
+
+    check_build = cpu_vec_isa.VecISA.check_build
+    cpu_vec_isa.VecISA.check_build = lambda isa, code: answer(isa, code, check_build)
+    try:
+        yield
+    finally:
+        cpu_vec_isa.VecISA.check_build = check_build
+
+
+def probe_cpu_isa() -> dict[str, bool]:
+    """Inductor's CPU vector-ISA probe (``valid_vec_isa_list``) run here, as a
+    compiled step would run it; returns each check's verdict by
+    :func:`_check_key`, for :func:`prime_cpu_isa` in another process."""
+    from torch._inductor import cpu_vec_isa
+
+    verdicts: dict[str, bool] = {}
+
+    def checked(isa: Any, code: str, check_build: Callable[[Any, str], bool]) -> bool:
+        verdicts[_check_key(isa, code)] = ok = bool(check_build(isa, code))
+        return ok
+
+    with _checks_answered_by(checked):
+        cpu_vec_isa.valid_vec_isa_list()
+    return verdicts
+
+
+def prime_cpu_isa(verdicts: Mapping[str, bool]) -> None:
+    """This process's probe results (``valid_vec_isa_list`` and each ISA's own
+    cached answer) filled from `verdicts`, which :func:`probe_cpu_isa` found
+    in a forked copy of this process (the same torch, compiler and CPU), so
+    that nothing is built or loaded here. A check not among them runs as
+    torch runs it."""
+    from torch._inductor import cpu_vec_isa
+
+    def recorded(isa: Any, code: str, check_build: Callable[[Any, str], bool]) -> bool:
+        verdict = verdicts.get(_check_key(isa, code))
+        return check_build(isa, code) if verdict is None else bool(verdict)
+
+    with _checks_answered_by(recorded):
         cpu_vec_isa.valid_vec_isa_list()
 
 

@@ -32,6 +32,8 @@ from pyinit.runlog.events import boottime, process_start
 if TYPE_CHECKING:
     import subprocess
 
+    from pyinit.run.warm.cpu_probe import CpuProbe
+
 
 @dataclass
 class Spare:
@@ -68,6 +70,7 @@ class Warm:
         self.files: dict[str, tuple[int, int, int]] = {}
         self.imported = (process_start(), 0.0)  # CLOCK_BOOTTIME: the start, and ready
         self.filler: subprocess.Popen[bytes] | None = None  # pyinit.bytecode's, after the imports
+        self.cpu_probe: CpuProbe | None = None  # after the deferred preloads (cpu_probe)
 
     def load(self) -> None:
         """The preloads, the agent's own imports, and a record of each file."""
@@ -90,7 +93,7 @@ class Warm:
                 import_all((name,))
             except PreloadError as error:
                 say(f"{error} (left to the scripts that compile)")
-            if not self.deferred:  # a launch may come at any moment: no CPU probe
+            if not self.deferred:  # a launch may come at any moment: the CPU probe forked
                 compute_compile_caches(probe_cpu=False)
         self._imported(seen | self.read_at_import)
         return fork_unsafe()
@@ -128,7 +131,8 @@ class Warm:
         return {"pid": os.getpid(), "python": sys.executable, "preloads": list(self.preloads),
                 "age_s": round(time.time() - self.started, 1), "launches": self.launches,
                 "running": len(self.keepers), "idle_timeout_s": self.idle_timeout,
-                "compile_preloads_pending": len(self.deferred), **memory}  # fmt: skip
+                "compile_preloads_pending": len(self.deferred),
+                "cpu_probe_running": self.cpu_probe is not None, **memory}  # fmt: skip
 
 
 def loaded_files() -> dict[str, tuple[int, int, int]]:

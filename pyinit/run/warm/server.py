@@ -38,7 +38,7 @@ from pyinit.run.preload import (
     fork_unsafe,
     parse,
 )
-from pyinit.run.warm import protocol
+from pyinit.run.warm import cpu_probe, protocol
 from pyinit.run.warm.intake import REPLY_TIMEOUT_S, Intake
 from pyinit.run.warm.interpreter import Spare, Warm, say
 from pyinit.run.warm.keeper import WAITED, keep, reaped
@@ -131,6 +131,8 @@ def serve(warm: Warm, listener: socket.socket, path: Path) -> None:
             if unsafe:
                 say(f"{unsafe}: no more launches")
                 stopping = True
+            elif not warm.deferred:
+                warm.cpu_probe = cpu_probe.start(channels.close_in_fork)
         if stopping:
             _unlink_if_ours(path, listener)
             channels.intake.close()
@@ -160,8 +162,16 @@ def _unlink_if_ours(path: Path, listener: socket.socket) -> None:
 
 
 def _reap(warm: Warm) -> None:
-    for pid, _ in reaped():
+    for pid, status in reaped():
         warm.keepers.discard(pid)
+        if warm.cpu_probe is not None and warm.cpu_probe.pid == pid:
+            problem = cpu_probe.finish(warm.cpu_probe, status)
+            warm.cpu_probe = None
+            if problem:
+                say(problem)
+            elif warm.spare is not None:  # forked before the verdicts: the next one has them
+                warm.spare.channel.close()
+                warm.spare = None
         if warm.spare is not None and warm.spare.pid == pid:  # it died waiting
             warm.spare.channel.close()
             warm.spare = None
@@ -271,6 +281,8 @@ def fork_spare(warm: Warm, channels: Channels) -> Spare:
         try:
             channels.close_in_fork()
             ours.close()
+            if warm.cpu_probe is not None:  # the launch's processes get no copy of it
+                os.close(warm.cpu_probe.verdicts_fd)
             code = keep(theirs, server, warm.set_by_import, warm.imported)
         finally:
             os._exit(code)
@@ -336,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
         _unlink_if_ours(path, listener)
         listener.close()
         bytecode.end(warm.filler)
+        if warm.cpu_probe is not None:
+            cpu_probe.stop(warm.cpu_probe)
     return 0
 
 
