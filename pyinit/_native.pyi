@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['CHECKSUM_ATTRIBUTE', 'DirectReader', 'DirectWriter', 'MAX_CHANNELS', 'MAX_EXPECTED_GPUS', 'MAX_HOSTS', 'MAX_QUEUE_DEPTH', 'NcclConfig', 'NodeList', 'ReadStream', 'Topology', 'aligned_empty', 'become_subreaper', 'crc32c', 'crc32c_combine', 'die_with_parent', 'end_children', 'expand_nodelist', 'load_node_list', 'load_topology', 'map_file', 'memory_stats', 'nccl_config', 'populate', 'publish_directory', 'read_boot_id', 'scan_topology', 'supervise', 'tuning_table_rules']
+__all__: list[str] = ['CHECKSUM_ATTRIBUTE', 'DirectReader', 'DirectWriter', 'FileSnapshot', 'MAX_CHANNELS', 'MAX_EXPECTED_GPUS', 'MAX_HOSTS', 'MAX_QUEUE_DEPTH', 'NcclConfig', 'NodeList', 'ReadStream', 'Topology', 'aligned_empty', 'become_subreaper', 'crc32c', 'crc32c_combine', 'die_with_parent', 'end_children', 'expand_nodelist', 'load_node_list', 'load_topology', 'map_file', 'memory_stats', 'nccl_config', 'populate', 'publish_directory', 'read_boot_id', 'scan_topology', 'supervise', 'tuning_table_rules']
 class Topology:
     def expect_gpus(self, count: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
@@ -90,6 +90,18 @@ class NodeList:
     def source(self) -> str:
         """
         The hostfile.
+        """
+class FileSnapshot:
+    """
+    Files (bytes paths) as they are on disk now: time, size, inode; one that cannot be stat'ed is left out.
+    """
+    def __init__(self, paths: collections.abc.Sequence[str]) -> None:
+        ...
+    def __len__(self) -> int:
+        ...
+    def first_change(self) -> tuple[bytes, int] | None:
+        """
+        None, or (path, errno) of the first file changed since: errno 0 when it is there with another time, size or inode.
         """
 class ReadStream:
     def __enter__(self) -> typing.Any:

@@ -1,4 +1,5 @@
-// Supervision, as pod-init's: the command's loop, parent death, reaping.
+// Supervision, as pod-init's: the command's loop, parent death, reaping; and
+// the files a long-lived interpreter loaded, checked before it serves a launch.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -8,6 +9,7 @@
 
 #include "bindings/bindings.hpp"
 #include "common/error.hpp"
+#include "common/file_snapshot.hpp"
 #include "init/boot_state.hpp"
 #include "init/supervisor.hpp"
 
@@ -91,6 +93,23 @@ void bind_init(py::module_& m) {
       py::arg("grace_s") = 0.0,
       "Ends every process still a child of this one, orphans that re-parent here included: "
       "TERM, grace_s for them to end, then KILL; returns how many were signalled.");
+
+  // Paths as bytes (os.fsencode): a module's file name need not be UTF-8.
+  py::class_<pod_init::FileSnapshot>(
+      m, "FileSnapshot",
+      "Files (bytes paths) as they are on disk now: time, size, inode; one that "
+      "cannot be stat'ed is left out.")
+      .def(py::init<const std::vector<std::string>&>(), py::arg("paths"))
+      .def("__len__", [](const pod_init::FileSnapshot& s) { return s.paths().size(); })
+      .def(
+          "first_change",
+          [](const pod_init::FileSnapshot& s) -> std::optional<std::tuple<py::bytes, int>> {
+            pod_init::FileSnapshot::Change change = s.first_change();
+            if (change.index < 0) return std::nullopt;
+            return std::make_tuple(py::bytes(s.paths()[change.index]), change.err);
+          },
+          "None, or (path, errno) of the first file changed since: errno 0 when it "
+          "is there with another time, size or inode.");
 }
 
 }  // namespace pod_init::bindings

@@ -5,6 +5,7 @@ and what it has served. ``server`` runs the loop around it."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import resource
 import socket
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pyinit import bytecode
+from pyinit import _native, bytecode
 from pyinit.run.agent import AGENT_ENV_DEFAULTS
 from pyinit.run.preload import (
     COMPILE_PRELOAD_STEPS,
@@ -67,7 +68,7 @@ class Warm:
         self.identity = protocol.Identity.here(self.start_env, protocol.agent_sys_path())
         self.set_by_import: dict[str, str] = {}
         self.read_at_import: frozenset[str] = frozenset()
-        self.files: dict[str, tuple[int, int, int]] = {}
+        self.files = _native.FileSnapshot([])
         self.imported = (process_start(), 0.0)  # CLOCK_BOOTTIME: the start, and ready
         self.filler: subprocess.Popen[bytes] | None = None  # pyinit.bytecode's, after the imports
         self.cpu_probe: CpuProbe | None = None  # after the deferred preloads (cpu_probe)
@@ -135,28 +136,27 @@ class Warm:
                 "cpu_probe_running": self.cpu_probe is not None, **memory}  # fmt: skip
 
 
-def loaded_files() -> dict[str, tuple[int, int, int]]:
+def loaded_files() -> _native.FileSnapshot:
     """Every loaded module's file, as it is on disk now (mtime, size, inode)."""
-    found = {}
-    for module in list(sys.modules.values()):
-        path = getattr(module, "__file__", None)
-        if isinstance(path, str) and path not in found:
-            with contextlib.suppress(OSError):
-                info = os.stat(path)
-                found[path] = (info.st_mtime_ns, info.st_size, info.st_ino)
-    return found
+    modules = list(sys.modules.values())
+    paths = dict.fromkeys(getattr(module, "__file__", None) for module in modules)
+    return _native.FileSnapshot([os.fsencode(path) for path in paths if isinstance(path, str)])
 
 
-def changed_file(files: dict[str, tuple[int, int, int]]) -> str:
-    """The first loaded module file changed on disk since it was imported."""
-    for path, was in files.items():
-        try:
-            info = os.stat(path)
-        except OSError:
-            return f"{path} is gone since the warm interpreter imported it"
-        if (info.st_mtime_ns, info.st_size, info.st_ino) != was:
-            return f"{path} changed since the warm interpreter imported it"
-    return ""
+def changed_file(files: _native.FileSnapshot) -> str:
+    """The first loaded module file changed on disk since it was imported.
+    Asked at every launch, of some 4,000 files with the compile set: the
+    stat() calls are the handoff's largest part (15.7 of 18.7 ms on a 2-core
+    VM when they were made here, one Python object each)."""
+    change = files.first_change()
+    if change is None:
+        return ""
+    path, err = os.fsdecode(change[0]), change[1]
+    if err == errno.ENOENT:
+        return f"{path} is gone since the warm interpreter imported it"
+    if err:
+        return f"{path}: {os.strerror(err)} since the warm interpreter imported it"
+    return f"{path} changed since the warm interpreter imported it"
 
 
 def _memory(pid: int) -> dict[str, int]:
