@@ -73,6 +73,13 @@ class Warm:
         self.filler: subprocess.Popen[bytes] | None = None  # pyinit.bytecode's, after the imports
         self.cpu_probe: CpuProbe | None = None  # after the deferred preloads (cpu_probe)
 
+    def drop_spare(self) -> None:
+        """The spare keeper, if any, told to end by closing its channel (it is
+        reaped as it does); the loop forks a new one when it may."""
+        if self.spare is not None:
+            self.spare.channel.close()
+            self.spare = None
+
     def load(self) -> None:
         """The preloads, the agent's own imports, and a record of each file."""
         with protocol.recording_environ_reads() as seen, collector_paused():

@@ -124,9 +124,7 @@ def serve(warm: Warm, listener: socket.socket, path: Path) -> None:
                         for fd in fds:
                             os.close(fd)
         if not stopping and warm.deferred and not channels.intake.pending:
-            if warm.spare is not None:  # forked before these imports: the next one has them
-                warm.spare.channel.close()
-                warm.spare = None
+            warm.drop_spare()  # forked before these imports: the next one has them
             unsafe = warm.load_deferred()
             if unsafe:
                 say(f"{unsafe}: no more launches")
@@ -137,8 +135,7 @@ def serve(warm: Warm, listener: socket.socket, path: Path) -> None:
             _unlink_if_ours(path, listener)
             channels.intake.close()
             listener.close()
-            if warm.spare is not None:
-                warm.spare.channel.close()  # it ends; reaped as it does
+            warm.drop_spare()
             if not warm.keepers:
                 return
         elif warm.spare is None and not warm.deferred:
@@ -169,12 +166,10 @@ def _reap(warm: Warm) -> None:
             warm.cpu_probe = None
             if problem:
                 say(problem)
-            elif warm.spare is not None:  # forked before the verdicts: the next one has them
-                warm.spare.channel.close()
-                warm.spare = None
+            else:
+                warm.drop_spare()  # forked before the verdicts: the next one has them
         if warm.spare is not None and warm.spare.pid == pid:  # it died waiting
-            warm.spare.channel.close()
-            warm.spare = None
+            warm.drop_spare()
 
 
 def _accept_all(channels: Channels) -> None:
