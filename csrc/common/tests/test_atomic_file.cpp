@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/atomic_file.hpp"
+#include "common/tests/temp_folder_test.hpp"
 
 namespace pod_init {
 namespace {
@@ -20,14 +21,9 @@ std::string read_all(const std::string& path) {
   return text.str();
 }
 
-class PublishDirectory : public ::testing::Test {
+class PublishDirectory : public TempFolderTest {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/pod-init-publish-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    root_ = pattern;
-  }
-  void TearDown() override { ASSERT_EQ(std::system(("rm -rf " + root_).c_str()), 0); }
+  PublishDirectory() : TempFolderTest("/tmp/pod-init-publish-XXXXXX") {}
 
   // A folder holding one file, `name`, that says `text`.
   std::string folder(const std::string& dir, const std::string& text) {
@@ -36,8 +32,6 @@ class PublishDirectory : public ::testing::Test {
     EXPECT_EQ(write_file_atomically(path + "/file", text), 0);
     return path;
   }
-
-  std::string root_;
 };
 
 TEST_F(PublishDirectory, RenamesIntoAFreeName) {

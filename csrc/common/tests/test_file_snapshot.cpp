@@ -12,19 +12,19 @@
 #include <vector>
 
 #include "common/file_snapshot.hpp"
+#include "common/tests/temp_folder_test.hpp"
 
 namespace pod_init {
 namespace {
 
-class Snapshot : public ::testing::Test {
+class Snapshot : public TempFolderTest {
  protected:
+  Snapshot() : TempFolderTest("/tmp/pod-init-snapshot-XXXXXX") {}
   void SetUp() override {
-    char pattern[] = "/tmp/pod-init-snapshot-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    root_ = pattern;
+    TempFolderTest::SetUp();
+    if (HasFatalFailure()) return;
     for (const char* name : {"a.py", "b.py", "c.py"}) write(name, "x = 1\n");
   }
-  void TearDown() override { ASSERT_EQ(std::system(("rm -rf " + root_).c_str()), 0); }
 
   std::string path(const std::string& name) const { return root_ + "/" + name; }
   void write(const std::string& name, const std::string& text) {
@@ -40,8 +40,6 @@ class Snapshot : public ::testing::Test {
   void set_times(const std::string& name, const std::array<struct timespec, 2>& times) {
     ASSERT_EQ(utimensat(AT_FDCWD, path(name).c_str(), times.data(), 0), 0);
   }
-
-  std::string root_;
 };
 
 TEST_F(Snapshot, UnchangedFilesAreNoChange) {

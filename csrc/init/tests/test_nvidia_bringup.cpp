@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/tests/temp_folder_test.hpp"
 #include "init/init_config.hpp"
 #include "init/nvidia_bringup.hpp"
 #include "init/nvml_state.hpp"
@@ -79,12 +80,12 @@ TEST(NvmlState, LinesRoundTripAndOthersAreRefused) {
 }
 
 // A node's files as the driver leaves them, in a temporary folder.
-class FakeNode : public ::testing::Test {
+class FakeNode : public TempFolderTest {
  protected:
+  FakeNode() : TempFolderTest("/var/tmp/bringup-XXXXXX") {}
   void SetUp() override {
-    char dir[] = "/var/tmp/bringup-XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    root_ = dir;
+    TempFolderTest::SetUp();
+    if (HasFatalFailure()) return;
     write("release/modules.dep",
           "updates/nvidia.ko:\nupdates/nvidia-modeset.ko: updates/nvidia.ko\n"
           "updates/nvidia-uvm.ko: updates/nvidia.ko\n");
@@ -103,7 +104,6 @@ class FakeNode : public ::testing::Test {
     options_.deadline_s = 1;
     options_.log = [this](const std::string& line) { log_ += line + "\n"; };
   }
-  void TearDown() override { std::system(("rm -rf " + root_).c_str()); }
 
   void write(const std::string& path, const std::string& text) {
     std::string full = root_ + "/" + path;
@@ -121,7 +121,7 @@ class FakeNode : public ::testing::Test {
     return std::string(std::istreambuf_iterator<char>(in), {});
   }
 
-  std::string root_, log_;
+  std::string log_;
   NvidiaBringupOptions options_;
 };
 

@@ -10,6 +10,7 @@
 
 #include "common/crc32c.hpp"
 #include "common/error.hpp"
+#include "common/tests/temp_folder_test.hpp"
 #include "io/direct_writer.hpp"
 
 namespace pod_init {
@@ -20,16 +21,9 @@ std::vector<uint8_t> read_all(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-class WriterTest : public ::testing::Test {
+class WriterTest : public TempFolderTest {
  protected:
-  void SetUp() override {
-    // The root filesystem takes O_DIRECT; /tmp may be tmpfs.
-    char pattern[] = "/var/tmp/pod-init-writer-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    root_ = pattern;
-  }
-  void TearDown() override { ASSERT_EQ(std::system(("rm -rf " + root_).c_str()), 0); }
-  std::string root_;
+  WriterTest() : TempFolderTest("/var/tmp/pod-init-writer-XXXXXX") {}
 };
 
 TEST_F(WriterTest, AReservedHeadIsWrittenLastAndCountsInTheCrc) {

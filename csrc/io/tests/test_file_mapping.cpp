@@ -10,17 +10,18 @@
 #include <string>
 #include <vector>
 
+#include "common/tests/temp_folder_test.hpp"
 #include "io/file_mapping.hpp"
 
 namespace pod_init {
 namespace {
 
-class FileMappingTest : public ::testing::Test {
+class FileMappingTest : public TempFolderTest {
  protected:
+  FileMappingTest() : TempFolderTest("/var/tmp/pod-init-mapping-XXXXXX") {}
   void SetUp() override {
-    char pattern[] = "/var/tmp/pod-init-mapping-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    root_ = pattern;
+    TempFolderTest::SetUp();
+    if (HasFatalFailure()) return;
     path_ = root_ + "/data";
     bytes_.resize(5 * page_ + 100);
     for (size_t i = 0; i < bytes_.size(); ++i) bytes_[i] = static_cast<uint8_t>(i * 7 + 3);
@@ -28,17 +29,13 @@ class FileMappingTest : public ::testing::Test {
         .write(reinterpret_cast<const char*>(bytes_.data()),
                static_cast<std::streamsize>(bytes_.size()));
   }
-  void TearDown() override {
-    unlink(path_.c_str());
-    rmdir(root_.c_str());
-  }
   std::vector<uint8_t> file_bytes() const {
     std::ifstream in(path_, std::ios::binary);
     return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   }
 
   const size_t page_ = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  std::string root_, path_;
+  std::string path_;
   std::vector<uint8_t> bytes_;
 };
 
