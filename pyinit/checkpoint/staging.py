@@ -96,9 +96,13 @@ def registered_empty(nbytes: int) -> torch.Tensor:
     address = pages.ctypes.data
     threads = max(1, min(FAULT_THREADS, len(os.sched_getaffinity(0)), size // HUGE_PAGE))
     share = -(-size // threads // HUGE_PAGE) * HUGE_PAGE
-    with ThreadPoolExecutor(threads, thread_name_prefix="pyinit-pin") as pool:
+
+    def fault_in(at: int) -> None:
         # One written byte a page faults it in; numpy lets go of the GIL while it writes.
-        list(pool.map(lambda at: pages[at : at + share : 4096].fill(0), range(0, size, share)))
+        pages[at : at + share : mmap.PAGESIZE].fill(0)
+
+    with ThreadPoolExecutor(threads, thread_name_prefix="pyinit-pin") as pool:
+        list(pool.map(fault_in, range(0, size, share)))
         # A failed CUDA call stays the calling thread's last error, which torch's next
         # kernel launch there would report as its own: a pool thread makes it.
         registered = pool.submit(torch.cuda.cudart().cudaHostRegister, address, size, 1).result()
