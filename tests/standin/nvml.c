@@ -12,7 +12,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum { kSuccess = 0, kNotSupported = 3, kNotFound = 6, kDriverNotLoaded = 9, kMaxGpus = 64 };
+#include "nvml_common.h"
+
+enum { kMaxGpus = 64 };
 
 typedef struct {
   unsigned char cluster_uuid[16];
@@ -42,22 +44,6 @@ int nvmlInit_v2(void) {
   gpu_count = entries("/proc/driver/nvidia/gpus", gpus);
   nvswitches = entries("/proc/driver/nvidia-nvswitch/devices", switches);
   return gpu_count > 0 ? kSuccess : kDriverNotLoaded;
-}
-
-int nvmlShutdown(void) { return kSuccess; }
-
-const char* nvmlErrorString(int result) {
-  switch (result) {
-    case kSuccess:
-      return "Success";
-    case kNotSupported:
-      return "Not Supported";
-    case kNotFound:
-      return "Not Found";
-    case kDriverNotLoaded:
-      return "Driver Not Loaded";
-  }
-  return "Unknown Error";
 }
 
 int nvmlDeviceGetHandleByPciBusId_v2(const char* bus_id, void** device) {
