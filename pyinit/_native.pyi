@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['CHECKSUM_ATTRIBUTE', 'DirectReader', 'DirectWriter', 'FileSnapshot', 'MAX_CHANNELS', 'MAX_EXPECTED_GPUS', 'MAX_HOSTS', 'MAX_QUEUE_DEPTH', 'NcclConfig', 'NodeList', 'ReadStream', 'Topology', 'aligned_empty', 'become_subreaper', 'crc32c', 'crc32c_combine', 'die_with_parent', 'end_children', 'expand_nodelist', 'load_node_list', 'load_topology', 'map_file', 'memory_stats', 'nccl_config', 'populate', 'publish_directory', 'read_boot_id', 'scan_topology', 'supervise', 'tuning_table_rules']
+__all__: list[str] = ['CHECKSUM_ATTRIBUTE', 'DirectReader', 'DirectWriter', 'FileSnapshot', 'MAX_CHANNELS', 'MAX_EXPECTED_GPUS', 'MAX_HOSTS', 'MAX_QUEUE_DEPTH', 'NcclConfig', 'NodeList', 'NvmlGpus', 'ReadStream', 'Topology', 'aligned_empty', 'become_subreaper', 'crc32c', 'crc32c_combine', 'die_with_parent', 'end_children', 'expand_nodelist', 'load_node_list', 'load_topology', 'map_file', 'memory_stats', 'nccl_config', 'populate', 'publish_directory', 'read_boot_id', 'scan_topology', 'supervise', 'tuning_table_rules']
 class Topology:
     def expect_gpus(self, count: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
@@ -271,6 +271,59 @@ class DirectWriter:
         ...
     @property
     def path(self) -> str:
+        ...
+class NvmlGpus:
+    """
+    NVML's answers about this node's GPUs, each by NVML's index. A query NVML refuses raises pyinit.nvml.NvmlUnavailable naming the call and GPU.
+    """
+    def __init__(self) -> None:
+        ...
+    def bar1_total(self, gpu: typing.SupportsInt | typing.SupportsIndex) -> int:
+        ...
+    def bus_id(self, gpu: typing.SupportsInt | typing.SupportsIndex) -> str:
+        ...
+    def common_ancestor(self, a: typing.SupportsInt | typing.SupportsIndex, b: typing.SupportsInt | typing.SupportsIndex) -> int:
+        ...
+    def counters(self, gpu: typing.SupportsInt | typing.SupportsIndex) -> dict:
+        """
+        What the monitor samples, now.
+        """
+    def cuda_capability(self, gpu: typing.SupportsInt | typing.SupportsIndex) -> tuple[int, int]:
+        ...
+    def driver_version(self) -> str:
+        ...
+    def health(self, gpu: typing.SupportsInt | typing.SupportsIndex) -> dict:
+        """
+        ECC mode, uncorrected errors since the driver loaded, row remapping; None where the GPU has no answer.
+        """
+    def memory_total(self, gpu: typing.SupportsInt | typing.SupportsIndex) -> int:
+        ...
+    def name(self, gpu: typing.SupportsInt | typing.SupportsIndex) -> str:
+        ...
+    def nvlinks(self, gpu: typing.SupportsInt | typing.SupportsIndex) -> list[tuple[int, str, int | None]]:
+        """
+        Active links: (link, remote bus id, nvmlIntNvLinkDeviceType_t or None).
+        """
+    def open(self, library: str = 'libnvidia-ml.so.1') -> str:
+        """
+        Loads NVML (a name the loader searches for, or a file) and initialises it: '' or why not, in one line.
+        """
+    def p2p_status(self, a: typing.SupportsInt | typing.SupportsIndex, b: typing.SupportsInt | typing.SupportsIndex, capability: typing.SupportsInt | typing.SupportsIndex) -> int:
+        ...
+    def pcie_link(self, gpu: typing.SupportsInt | typing.SupportsIndex) -> tuple[int, int, int, int]:
+        """
+        (current generation, max generation, current width, max width)
+        """
+    def watch_xids(self, gpus: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> bool:
+        """
+        Xid events from these GPUs from now on; False where none can be delivered.
+        """
+    def xid_events(self) -> list[tuple[int, int]]:
+        """
+        (GPU, Xid) for each event since the last call; never blocks.
+        """
+    @property
+    def count(self) -> int:
         ...
 def aligned_empty(nbytes: int) -> numpy.typing.NDArray[numpy.uint8]:
     """

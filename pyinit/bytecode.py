@@ -64,8 +64,8 @@ PARENT_CHECK_EVERY = 64  # files between looks at whether the parent is still th
 # has thousands (2,500 for torch and torch._dynamo).
 WORTH_KEEPING = 100
 # For a command's own process, source compiled at every start before its
-# bytecode is worth keeping: a health check that imports nvidia-ml-py (330 KB
-# of source in one module) compiled it in about 60 ms on an H200 host.
+# bytecode is worth keeping: one module of 330 KB (a client library's
+# generated bindings) took about 60 ms to compile on an H200 host.
 WORTH_KEEPING_BYTES = 256 << 10
 
 

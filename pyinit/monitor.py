@@ -112,10 +112,10 @@ class GpuStats:
     driver or a FakeNvml replay)."""
 
     def __init__(self, backend: Any = None):
-        from pyinit.nvml import NvmlUnavailable, PynvmlBackend
+        from pyinit.nvml import DriverNvml, NvmlUnavailable
 
         self.unavailable: str | None = None
-        self._backend = backend if backend is not None else PynvmlBackend()
+        self._backend = backend if backend is not None else DriverNvml()
         self._nvlink_last: dict[int, tuple[float, int | None, int | None]] = {}
         try:
             self._backend.open()
@@ -126,7 +126,7 @@ class GpuStats:
             self._handles = []
 
     def read(self) -> list[dict[str, Any]]:
-        from pyinit.nvml import normalize_bus_id
+        from pyinit.nvml import NvmlUnavailable, normalize_bus_id
 
         out = []
         xids = self._backend.xid_events() if self._handles else []
@@ -134,7 +134,8 @@ class GpuStats:
         for index, handle in enumerate(self._handles):
             try:
                 counters = self._backend.counters(handle)
-            except Exception as e:  # pynvml raises its NVMLError subclasses; keep sampling
+                bdf = normalize_bus_id(self._backend.bus_id(handle))
+            except NvmlUnavailable as e:  # a GPU that stopped answering: keep sampling the rest
                 out.append({"gpu": index, "error": str(e), "xid": []})
                 continue
             tx, rx = counters.pop("nvlink_tx_bytes_total"), counters.pop("nvlink_rx_bytes_total")
@@ -151,7 +152,6 @@ class GpuStats:
                     and now > last[0]
                 )
                 counters[key] = (total - last[before]) / (now - last[0]) if ok else None
-            bdf = normalize_bus_id(self._backend.bus_id(handle))
             out.append({"gpu": index, "pci_bus_id": bdf, **counters,
                         "xid": [x for i, x in xids if i == index]})  # fmt: skip
         return out

@@ -1,8 +1,9 @@
 """NVML's view of the GPUs: NVLinks and their peers, P2P status, common
 ancestors, BAR1, memory, PCIe generation and width.
 
-Everything goes through a small backend interface: :class:`PynvmlBackend`
-talks to the driver through nvidia-ml-py; :class:`FakeNvml` replays recorded
+Everything goes through a small backend interface: :class:`DriverNvml`
+talks to the driver's own NVML library through the native core, which loads
+it only when asked; :class:`FakeNvml` replays recorded
 values on machines without a driver (tests, a CPU laptop). Without either,
 :func:`read_nvml` raises :class:`NvmlUnavailable` with the reason, and callers
 carry on from sysfs alone.
@@ -10,7 +11,6 @@ carry on from sysfs alone.
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import sys
 import threading
@@ -62,7 +62,7 @@ def normalize_bus_id(bus_id: str) -> str:
 
 
 class NvmlUnavailable(RuntimeError):
-    """No NVML here: no driver, no nvidia-ml-py, or no GPU. The text says which."""
+    """No NVML here (no driver, no GPU), or a query it refused. The text says which."""
 
 
 class NvmlBackend(Protocol):
@@ -107,219 +107,127 @@ class NvmlBackend(Protocol):
 _SYNCHRONOUS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGTRAP,
                 signal.SIGSYS}  # fmt: skip
 
+DEFAULT_LIBRARY = "libnvidia-ml.so.1"
 
-def _init_thread(failures: list[BaseException]) -> threading.Thread:
-    """A started thread that imports pynvml and runs ``nvmlInit()`` (its
-    error, if any, into `failures`) with every asynchronous signal blocked:
-    the thread of libcuda's that nvmlInit starts (driver 580) inherits that
-    mask, and so never takes a signal sent to this process. With the mask
-    open there, a TERM to ``pyinit run``, which blocks its signals and takes
-    them with sigtimedwait, could go to that thread, whose default action
-    ended the process; a Ctrl-C became a KeyboardInterrupt mid-wait (both
-    seen on an H200 node). The caller's own mask is closed only while the
-    thread starts: a driver that hangs in nvmlInit still leaves it
-    interruptible."""
 
-    def init() -> None:
+class _Init:
+    """NVML loaded and initialised in a thread of its own, started at once,
+    with every asynchronous signal blocked: the thread of libcuda's that
+    nvmlInit starts (driver 580) inherits that mask, and so never takes a
+    signal sent to this process. With the mask open there, a TERM to ``pyinit
+    run``, which blocks its signals and takes them with sigtimedwait, could go
+    to that thread, whose default action ended the process; a Ctrl-C became a
+    KeyboardInterrupt mid-wait (both seen on an H200 node). The caller's own
+    mask is closed only while the thread starts: a driver that hangs in
+    nvmlInit still leaves it interruptible."""
+
+    def __init__(self, library: str) -> None:
+        from pyinit import _native
+
+        self.gpus = _native.NvmlGpus()
+        self.problem = ""
+        self._thread = threading.Thread(target=self._open, args=(library,), name="nvml-init",
+                                        daemon=True)  # fmt: skip
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals() - _SYNCHRONOUS)
         try:
-            import pynvml
+            self._thread.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
-            pynvml.nvmlInit()
-        except BaseException as error:
-            failures.append(error)
+    def _open(self, library: str) -> None:
+        self.problem = self.gpus.open(library)
 
-    thread = threading.Thread(target=init, name="nvml-init", daemon=True)
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals() - _SYNCHRONOUS)
-    try:
-        thread.start()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-    return thread
+    def result(self) -> Any:
+        """The initialised NVML; NvmlUnavailable saying why not."""
+        self._thread.join()
+        if self.problem:
+            raise NvmlUnavailable(f"NVML did not initialise: {self.problem}")
+        return self.gpus
 
 
 # nvmlInit holds the caller for most of a health check's time (87 ms on an
 # H200 node, in the driver, without the GIL), so a command that will need NVML
-# can start it before its own imports and parsing; open() then finds it done.
-_early_init: threading.Thread | None = None
+# can start it before its own imports and parsing; the first open() takes it.
+_early_init: _Init | None = None
 
 
 def begin_driver_init() -> None:
-    """Loads and initialises NVML in a thread now. NVML counts its inits, and a
-    failure here is met again, and reported, by the open() that follows."""
+    """Loads and initialises NVML in a thread now, for the DriverNvml that
+    opens next; its failure is reported by that open()."""
     global _early_init
 
     if _early_init is None:
-        _early_init = _init_thread([])
+        _early_init = _Init(DEFAULT_LIBRARY)
 
 
-class PynvmlBackend:
-    """The real driver, through nvidia-ml-py."""
+class DriverNvml:
+    """The real driver: its NVML library, through the native core."""
 
-    def __init__(self) -> None:
-        self._nvml: Any = None
+    def __init__(self, library: str = DEFAULT_LIBRARY) -> None:
+        self._library = library
+        self._gpus: Any = None
 
     def open(self) -> None:
-        if _early_init is not None:
-            _early_init.join()
-        try:
-            import pynvml
-        except ImportError:
-            raise NvmlUnavailable(
-                "nvidia-ml-py is not installed (it comes with pod-init: reinstall it)"
-            ) from None
-        failures: list[BaseException] = []
-        _init_thread(failures).join()
-        if failures and isinstance(failures[0], pynvml.NVMLError):
-            raise NvmlUnavailable(f"NVML did not initialise: {failures[0]}") from None
-        if failures:
-            raise failures[0]
-        self._nvml = pynvml
+        global _early_init
+
+        init, _early_init = _early_init, None
+        if init is None or self._library != DEFAULT_LIBRARY:
+            init = _Init(self._library)
+        self._gpus = init.result()
 
     def close(self) -> None:
-        if self._nvml is not None:
-            self._nvml.nvmlShutdown()
-            self._nvml = None
+        self._gpus = None  # shut down and unloaded with its last reference
 
     def driver_version(self) -> str:
-        return _text(self._nvml.nvmlSystemGetDriverVersion())
+        return str(self._gpus.driver_version())
 
     def device_count(self) -> int:
-        return int(self._nvml.nvmlDeviceGetCount())
+        return int(self._gpus.count)
 
     def handle(self, index: int) -> Any:
-        return self._nvml.nvmlDeviceGetHandleByIndex(index)
+        return index
 
     def bus_id(self, handle: Any) -> str:
-        return _text(self._nvml.nvmlDeviceGetPciInfo(handle).busId)
+        return str(self._gpus.bus_id(handle))
 
     def name(self, handle: Any) -> str:
-        return _text(self._nvml.nvmlDeviceGetName(handle))
+        return str(self._gpus.name(handle))
 
     def cuda_capability(self, handle: Any) -> tuple[int, int]:
-        major, minor = self._nvml.nvmlDeviceGetCudaComputeCapability(handle)
+        major, minor = self._gpus.cuda_capability(handle)
         return int(major), int(minor)
 
     def memory_total(self, handle: Any) -> int:
-        return int(self._nvml.nvmlDeviceGetMemoryInfo(handle).total)
+        return int(self._gpus.memory_total(handle))
 
     def bar1_total(self, handle: Any) -> int:
-        return int(self._nvml.nvmlDeviceGetBAR1MemoryInfo(handle).bar1Total)
+        return int(self._gpus.bar1_total(handle))
 
     def pcie_link(self, handle: Any) -> tuple[int, int, int, int]:
-        n = self._nvml
-        return (
-            int(n.nvmlDeviceGetCurrPcieLinkGeneration(handle)),
-            int(n.nvmlDeviceGetMaxPcieLinkGeneration(handle)),
-            int(n.nvmlDeviceGetCurrPcieLinkWidth(handle)),
-            int(n.nvmlDeviceGetMaxPcieLinkWidth(handle)),
-        )
+        gen, max_gen, width, max_width = self._gpus.pcie_link(handle)
+        return int(gen), int(max_gen), int(width), int(max_width)
 
     def nvlinks(self, handle: Any) -> list[tuple[int, str, int | None]]:
-        n = self._nvml
-        links = []
-        for link in range(MAX_NVLINKS):
-            try:
-                if n.nvmlDeviceGetNvLinkState(handle, link) != n.NVML_FEATURE_ENABLED:
-                    continue
-                remote = _text(n.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
-            except n.NVMLError:
-                # NotSupported past the last link, or on GPUs without NVLink.
-                continue
-            try:
-                kind: int | None = int(n.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link))
-            except (AttributeError, n.NVMLError):
-                kind = None
-            links.append((link, remote, kind))
-        return links
+        return [(int(link), str(remote), kind) for link, remote, kind in self._gpus.nvlinks(handle)]
 
     def p2p_status(self, a: Any, b: Any, capability: int) -> int:
-        # An integer index: some nvidia-ml-py versions define READ as a 1-tuple.
-        return int(self._nvml.nvmlDeviceGetP2PStatus(a, b, capability))
+        return int(self._gpus.p2p_status(a, b, capability))
 
     def common_ancestor(self, a: Any, b: Any) -> int:
-        return int(self._nvml.nvmlDeviceGetTopologyCommonAncestor(a, b))
+        return int(self._gpus.common_ancestor(a, b))
 
     def health(self, handle: Any) -> dict[str, Any]:
-        n = self._nvml
-        out: dict[str, Any] = dict.fromkeys(HEALTH_KEYS)
-        try:
-            out["ecc_enabled"] = bool(n.nvmlDeviceGetEccMode(handle)[0])
-            out["ecc_uncorrected_volatile"] = int(
-                n.nvmlDeviceGetTotalEccErrors(
-                    handle, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_VOLATILE_ECC
-                )
-            )
-        except n.NVMLError:
-            pass  # no ECC on this part
-        try:
-            _, uncorrectable, pending, failed = n.nvmlDeviceGetRemappedRows(handle)
-            out["remapped_uncorrectable"] = int(uncorrectable)
-            out["remap_pending"] = bool(pending)
-            out["remap_failed"] = bool(failed)
-        except n.NVMLError:
-            pass  # no row remapping before Ampere
-        return out
+        return dict(self._gpus.health(handle))
 
     def counters(self, handle: Any) -> dict[str, Any]:
-        n = self._nvml
-        # PCIe throughput comes in KB/s, measured over NVML's last 20 ms window.
-        pcie = n.nvmlDeviceGetPcieThroughput
-        return {
-            "uuid": _text(n.nvmlDeviceGetUUID(handle)),
-            "utilization_percent": float(n.nvmlDeviceGetUtilizationRates(handle).gpu),
-            "memory_used_bytes": int(n.nvmlDeviceGetMemoryInfo(handle).used),
-            "pcie_tx_bytes_per_s": 1024.0 * pcie(handle, n.NVML_PCIE_UTIL_TX_BYTES),
-            "pcie_rx_bytes_per_s": 1024.0 * pcie(handle, n.NVML_PCIE_UTIL_RX_BYTES),
-            "temperature_celsius": float(
-                n.nvmlDeviceGetTemperature(handle, n.NVML_TEMPERATURE_GPU)
-            ),
-            **self._nvlink_totals(handle),
-        }
-
-    def _nvlink_totals(self, handle: Any) -> dict[str, int | None]:
-        """NVLink data bytes sent and received since the driver loaded, summed
-        over the links; None where the GPU has no NVLink NVML can count."""
-        n = self._nvml
-        # Each field value is one link's (the scope is the link); inactive links answer errors.
-        links = range(n.NVML_NVLINK_MAX_LINKS)
-        directions = (
-            n.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
-            n.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
-        )
-        fields = [(field, link) for field in directions for link in links]
-        try:
-            values = n.nvmlDeviceGetFieldValues(handle, fields)
-        except n.NVMLError:
-            return {"nvlink_tx_bytes_total": None, "nvlink_rx_bytes_total": None}
-        totals: list[int | None] = []
-        for half in (values[: len(links)], values[len(links) :]):
-            counted = [int(v.value.ullVal) for v in half if v.nvmlReturn == n.NVML_SUCCESS]
-            totals.append(1024 * sum(counted) if counted else None)  # the counters are in KiB
-        return {"nvlink_tx_bytes_total": totals[0], "nvlink_rx_bytes_total": totals[1]}
+        return dict(self._gpus.counters(handle))
 
     def watch_xid(self, handles: list[Any]) -> None:
-        n = self._nvml
-        self._events = None
-        try:
-            self._events = n.nvmlEventSetCreate()
-        except n.NVMLError:
-            return  # no event support here: no XIDs, the other counters still work
-        for handle in handles:
-            # Unsupported in some VMs and on some parts: then no XIDs from that GPU.
-            with contextlib.suppress(n.NVMLError):
-                n.nvmlDeviceRegisterEvents(handle, n.nvmlEventTypeXidCriticalError, self._events)
+        # Unsupported in some VMs and on some parts: then no XIDs, the other counters still work.
+        self._gpus.watch_xids(list(handles))
 
     def xid_events(self) -> list[tuple[int, int]]:
-        n = self._nvml
-        found: list[tuple[int, int]] = []
-        if self._events is None:
-            return found
-        while True:
-            try:
-                data = n.nvmlEventSetWait_v2(self._events, 0)
-            except n.NVMLError:
-                return found  # a timeout: nothing (more) pending
-            found.append((int(n.nvmlDeviceGetIndex(data.device)), int(data.eventData)))
+        return [(int(gpu), int(xid)) for gpu, xid in self._gpus.xid_events()]
 
 
 class FakeNvml:
@@ -564,7 +472,7 @@ def optional_view(args: Any) -> NvmlView | None:
 
 def read_nvml(backend: NvmlBackend | None = None) -> NvmlView:
     """Reads every GPU's NVML view. Raises :class:`NvmlUnavailable`."""
-    nvml = backend if backend is not None else PynvmlBackend()
+    nvml = backend if backend is not None else DriverNvml()
     nvml.open()
     try:
         count = nvml.device_count()

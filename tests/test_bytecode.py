@@ -288,35 +288,47 @@ def test_a_restarted_group_reads_a_cache_that_became_ready_during_the_run(tmp_pa
     assert done.stdout.strip().splitlines()[-1] == f"prefix {cache} env {cache}"
 
 
-# nvidia-ml-py as a check imports it, standing in for the driver's library: one
-# module of about 330 KB, here with `lines` of padding and no driver to find.
-STAND_IN_NVML = """
+# prometheus-client as the monitor imports it to write a node_exporter
+# textfile: one module, here with `padding` bytes of comments, whose VALUE
+# says which source ran.
+STAND_IN_PROMETHEUS = """
 VALUE = 1
-class NVMLError(Exception):
-    pass
-def nvmlInit():
-    raise NVMLError(f"stand-in {VALUE}")
+class _Metric:
+    def __init__(self, *args, **kwargs):
+        pass
+    def labels(self, *values):
+        return self
+    def set(self, value):
+        pass
+    def inc(self):
+        pass
+    def clear(self):
+        pass
+CollectorRegistry = Counter = Gauge = _Metric
+def write_to_textfile(path, registry):
+    with open(path, "w") as out:
+        out.write(f"stand-in {VALUE}")
 """
 
 
 @pytest.mark.parametrize(("padding", "kept"), [(300 << 10, True), (30 << 10, False)])
-def test_a_check_keeps_its_imports_bytecode_when_compiling_them_costs(tmp_path, padding, kept):
+def test_a_command_keeps_its_imports_bytecode_when_compiling_them_costs(tmp_path, padding, kept):
     """A command run without the cache that compiled at least
     WORTH_KEEPING_BYTES of source keeps that bytecode and marks the cache
     ready; its next start reads it from there. A few small modules do not."""
-    (tmp_path / "pynvml.py").write_text(STAND_IN_NVML + "#" * padding + "\n")
+    (tmp_path / "prometheus_client.py").write_text(STAND_IN_PROMETHEUS + "#" * padding + "\n")
     cache = tmp_path / "cache"
     env = environment(tmp_path, cache)
-    check = [PYINIT, "check", "--json", "--sysfs-root", str(tmp_path), "--kmsg", os.devnull]
+    textfile = tmp_path / "metrics.prom"
+    monitor = [PYINIT, "monitor", "--once", "--json", "--textfile", str(textfile)]
 
     def said() -> str:
-        done = subprocess.run(check, env=env, capture_output=True, text=True, timeout=120)
-        assert done.returncode == 3, done.stderr  # no PCI tree here: the topology cannot tell
-        return next(p["message"] for p in json.loads(done.stdout)["problems"]
-                    if p["probe"] == "nvml")  # fmt: skip
+        done = subprocess.run(monitor, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return textfile.read_text()
 
-    assert said().endswith("stand-in 1")
+    assert said() == "stand-in 1"
     assert bytecode.ready_mark(cache).exists() is kept
     assert not (tmp_path / "__pycache__").exists()
-    swapped_keeping_time_and_size(tmp_path / "pynvml.py", "VALUE = 1", "VALUE = 2")
-    assert said().endswith("stand-in 1" if kept else "stand-in 2")
+    swapped_keeping_time_and_size(tmp_path / "prometheus_client.py", "VALUE = 1", "VALUE = 2")
+    assert said() == ("stand-in 1" if kept else "stand-in 2")

@@ -144,31 +144,33 @@ def test_a_drain_that_cannot_reach_slurm_is_one_line_and_keeps_the_status(pyinit
     assert len(lines) == 1 and lines[0].startswith("pyinit check: could not drain gpu-07: ")
 
 
+class StandInGpus:
+    """_native.NvmlGpus as a test sets it up: `initialise` runs in the thread
+    that opens NVML, and its return value is open()'s ('' or a problem)."""
+
+    initialise = None
+
+    def open(self, library):
+        return type(self).initialise()
+
+
 def test_nvml_starts_early_in_its_own_thread_and_open_waits_for_it(monkeypatch):
     """`pyinit check` starts nvmlInit before its imports; the backend's open()
-    must find that init finished, and still report an init that failed."""
-    import sys
+    must take that init once finished, and report it when it failed."""
     import threading
-    import types
 
-    from pyinit import nvml
+    from pyinit import _native, nvml
 
     calls = []
     released = threading.Event()
 
-    class NVMLError(Exception):
-        pass
-
-    def init():
+    def initialise():
         calls.append(threading.current_thread().name)
-        if len(calls) == 1:
-            released.wait(5)  # the driver's slow first init
-            raise NVMLError("Driver Not Loaded")
-        raise NVMLError("Driver Not Loaded")
+        released.wait(5)  # the driver's slow first init
+        return "nvmlInit: Driver Not Loaded"
 
-    monkeypatch.setitem(
-        sys.modules, "pynvml", types.SimpleNamespace(nvmlInit=init, NVMLError=NVMLError)
-    )
+    monkeypatch.setattr(StandInGpus, "initialise", staticmethod(initialise))
+    monkeypatch.setattr(_native, "NvmlGpus", StandInGpus)
     monkeypatch.setattr(nvml, "_early_init", None)
     nvml.begin_driver_init()
     opened = []
@@ -178,8 +180,9 @@ def test_nvml_starts_early_in_its_own_thread_and_open_waits_for_it(monkeypatch):
     assert opener.is_alive() and calls == ["nvml-init"]  # open() waits for the early init
     released.set()
     opener.join(5)
-    assert calls == ["nvml-init", "nvml-init"]  # open()'s own init, in a thread of its own
-    assert opened == ["NVML did not initialise: Driver Not Loaded"]
+    assert calls == ["nvml-init"]  # taken, not started again
+    assert opened == ["NVML did not initialise: nvmlInit: Driver Not Loaded"]
+    assert _open_error(nvml) == opened[0] and calls == ["nvml-init"] * 2  # the next one inits
 
 
 def test_the_driver_s_threads_take_no_signal_sent_to_the_process(monkeypatch):
@@ -189,9 +192,8 @@ def test_the_driver_s_threads_take_no_signal_sent_to_the_process(monkeypatch):
     thread as the driver's does, through both ways NVML is initialised."""
     import signal
     import threading
-    import types
 
-    from pyinit import nvml
+    from pyinit import _native, nvml
 
     masks, callers = [], []
     caller = signal.pthread_sigmask(signal.SIG_BLOCK, [])
@@ -202,7 +204,7 @@ def test_the_driver_s_threads_take_no_signal_sent_to_the_process(monkeypatch):
         with open(caller_status) as status:
             return int(next(line for line in status if line.startswith("SigBlk:")).split()[1], 16)
 
-    def init():
+    def initialise():
         driver = threading.Thread(target=lambda: masks.append(
             signal.pthread_sigmask(signal.SIG_BLOCK, [])))  # fmt: skip
         driver.start()
@@ -213,13 +215,14 @@ def test_the_driver_s_threads_take_no_signal_sent_to_the_process(monkeypatch):
         while caller_mask() != as_it_was and time.monotonic() < deadline:
             time.sleep(0.01)
         callers.append(caller_mask())
+        return ""
 
-    monkeypatch.setitem(
-        sys.modules, "pynvml", types.SimpleNamespace(nvmlInit=init, NVMLError=RuntimeError)
-    )
+    monkeypatch.setattr(StandInGpus, "initialise", staticmethod(initialise))
+    monkeypatch.setattr(_native, "NvmlGpus", StandInGpus)
     monkeypatch.setattr(nvml, "_early_init", None)
     nvml.begin_driver_init()
-    nvml.PynvmlBackend().open()  # waits for the early init, then initialises again
+    nvml.DriverNvml().open()  # takes the early init
+    nvml.DriverNvml().open()  # initialises again, in a thread of its own
     assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == caller  # the caller's mask is back
     process_signals = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
                        signal.SIGCHLD, signal.SIGUSR1}  # fmt: skip
@@ -230,7 +233,7 @@ def test_the_driver_s_threads_take_no_signal_sent_to_the_process(monkeypatch):
 
 def _open_error(nvml):
     try:
-        nvml.PynvmlBackend().open()
+        nvml.DriverNvml().open()
     except nvml.NvmlUnavailable as e:
         return str(e)
     return None

@@ -47,5 +47,6 @@ void bind_topology(py::module_& m);
 void bind_nccl(py::module_& m);
 void bind_init(py::module_& m);
 void bind_io(py::module_& m);
+void bind_nvml(py::module_& m);
 
 }  // namespace pod_init::bindings

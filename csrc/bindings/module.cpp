@@ -8,6 +8,7 @@
 #include "io/direct_reader.hpp"
 #include "nccl/hostfile.hpp"
 #include "nccl/nccl_config.hpp"
+#include "nvml/nvml_library.hpp"
 #include "topology/topology.hpp"
 
 namespace py = pybind11;
@@ -44,6 +45,10 @@ PYBIND11_MODULE(_native, m) {
           type(pod_init::printable(e.message()), py::arg("file") = pod_init::printable(e.file()),
                py::arg("line") = e.line());
       PyErr_SetObject(type.ptr(), error.ptr());
+    } catch (const pod_init::nvml::Error& e) {
+      // NVML's refusal is the caller's reason to carry on without NVML.
+      py::object type = py::module_::import("pyinit.nvml").attr("NvmlUnavailable");
+      PyErr_SetObject(type.ptr(), type(e.what()).ptr());
     }
   });
 
@@ -51,4 +56,5 @@ PYBIND11_MODULE(_native, m) {
   pod_init::bindings::bind_nccl(m);
   pod_init::bindings::bind_init(m);
   pod_init::bindings::bind_io(m);
+  pod_init::bindings::bind_nvml(m);
 }

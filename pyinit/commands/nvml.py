@@ -18,9 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from pyinit.nvml import FakeNvml, NvmlUnavailable, PynvmlBackend, backend_for, read_nvml
+    from pyinit.nvml import DriverNvml, FakeNvml, NvmlUnavailable, backend_for, read_nvml
 
-    backend = backend_for(args) or PynvmlBackend()
+    backend = backend_for(args) or DriverNvml()
     try:
         if args.record:
             sys.stdout.write(json.dumps(FakeNvml.record(backend), indent=1) + "\n")

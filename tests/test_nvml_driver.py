@@ -1,0 +1,147 @@
+"""NVML through the native core (pyinit.nvml.DriverNvml), against a stand-in
+libnvidia-ml.so.1 that answers from a recording of a real node with nvml.h's
+types (tests/standin/nvml_replay.c): the view, the health, the monitor's
+counters and Xids come through as FakeNvml gives them from the same
+recording, a GPU that stops answering is named in one line, and `pyinit
+check` loads the library by the driver's own name."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pyinit.monitor import GpuStats
+from pyinit.nvml import DriverNvml, FakeNvml, NvmlUnavailable, read_nvml
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORDING = json.loads((ROOT / "tests" / "data" / "h200x2-nvml.json").read_text())
+# GPU 0 as an H200 reports itself; GPU 1 a part without ECC or row remapping.
+HEALTH = [{"ecc_enabled": True, "ecc_uncorrected_volatile": 3, "remapped_uncorrectable": 2,
+           "remap_pending": True, "remap_failed": False},
+          dict.fromkeys(("ecc_enabled", "ecc_uncorrected_volatile", "remapped_uncorrectable",
+                         "remap_pending", "remap_failed"))]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("nvml")
+    built = folder / "libnvidia-ml.so.1"
+    subprocess.run(["gcc", "-O1", "-Wall", "-Werror", "-shared", "-fPIC",
+                    "-Wl,-soname,libnvidia-ml.so.1", "-o", str(built),
+                    str(ROOT / "tests" / "standin" / "nvml_replay.c")], check=True)  # fmt: skip
+    return built
+
+
+def replay_lines(spec: dict, extra: list[str] = ()) -> str:
+    """The stand-in's lines for a `pyinit nvml --record` recording."""
+    lines = [f"driver {spec['driver']}"]
+    for index, gpu in enumerate(spec["gpus"]):
+        numbers = [*gpu["sm"], gpu["memory_total"], gpu["bar1_total"], *gpu["pcie"]]
+        lines.append(f"gpu {gpu['bus_id']} {' '.join(map(str, numbers))} {gpu['name']}")
+        lines += [f"link {index} {link} {remote} {'-' if kind is None else kind}"
+                  for link, remote, kind in gpu["nvlinks"]]  # fmt: skip
+        health = gpu.get("health", {})
+        if health.get("ecc_enabled") is not None:
+            values = [int(health[key]) for key in ("ecc_enabled", "ecc_uncorrected_volatile",
+                      "remapped_uncorrectable", "remap_pending", "remap_failed")]  # fmt: skip
+            lines.append(f"health {index} {' '.join(map(str, values))}")
+    for pair, statuses in spec["p2p"].items():
+        lines.append(f"p2p {pair.replace(',', ' ')} {' '.join(map(str, statuses))}")
+    for pair, level in spec["ancestors"].items():
+        lines.append(f"ancestor {pair.replace(',', ' ')} {level}")
+    return "\n".join([*lines, *extra]) + "\n"
+
+
+@pytest.fixture
+def replay(tmp_path, monkeypatch):
+    """Writes the stand-in's answers and points it at them."""
+
+    def write(spec: dict, extra: list[str] = ()) -> None:
+        path = tmp_path / "replay.txt"
+        path.write_text(replay_lines(spec, extra))
+        monkeypatch.setenv("NVML_REPLAY_FILE", str(path))
+
+    return write
+
+
+def recording_with_health() -> dict:
+    spec = json.loads(json.dumps(RECORDING))
+    for gpu, health in zip(spec["gpus"], HEALTH, strict=True):
+        gpu["health"] = health
+    return spec
+
+
+def test_the_driver_s_answers_are_the_recorded_node_s(library, replay):
+    spec = recording_with_health()
+    replay(spec)
+    assert FakeNvml.record(DriverNvml(str(library))) == spec
+    view = read_nvml(DriverNvml(str(library)))
+    assert view == read_nvml(FakeNvml(spec))
+    assert [len(g.nvlinks) for g in view.gpus] == [18, 18]
+    assert view.gpus[0].bdf == "0000:00:06.0" and view.gpus[0].sm == 90
+    assert view.pairs[0].p2p["pci"] == "NS" and view.pairs[0].common_ancestor == "PHB"
+
+
+def test_the_monitor_reads_counters_and_each_xid_once(library, replay):
+    replay(RECORDING, ["counters 0 GPU-0abc 87 1073741824 2048 4096 61 100 300", "xid 1 79",
+                       "xid 0 48"])  # fmt: skip
+    stats = GpuStats(DriverNvml(str(library)))
+    assert stats.unavailable is None
+    first, second = stats.read(), stats.read()
+    assert first[0]["uuid"] == "GPU-0abc" and first[0]["pci_bus_id"] == "0000:00:06.0"
+    assert first[0]["utilization_percent"] == 87.0 and first[0]["temperature_celsius"] == 61.0
+    assert first[0]["memory_used_bytes"] == 1 << 30
+    assert (first[0]["pcie_tx_bytes_per_s"], first[0]["pcie_rx_bytes_per_s"]) == (2 << 20, 4 << 20)
+    assert second[0]["nvlink_tx_bytes_per_s"] == 0.0  # the same total twice: nothing sent since
+    assert first[1]["nvlink_tx_bytes_per_s"] is None  # GPU 1 has no NVLink counter recorded
+    assert [g["xid"] for g in first] == [[48], [79]] and [g["xid"] for g in second] == [[], []]
+
+
+def test_a_gpu_that_stops_answering_is_named_and_the_rest_still_read(library, replay):
+    replay(RECORDING, ["lost 1"])
+    with pytest.raises(NvmlUnavailable, match=r"^GPU 1: nvmlDeviceGetPciInfo_v3: GPU is lost$"):
+        read_nvml(DriverNvml(str(library)))
+    samples = GpuStats(DriverNvml(str(library))).read()
+    assert samples[1] == {"gpu": 1, "error": "GPU 1: nvmlDeviceGetUUID: GPU is lost", "xid": []}
+    assert samples[0]["pci_bus_id"] == "0000:00:06.0"
+
+
+def test_a_library_that_is_not_nvml_or_no_library_says_so(library, tmp_path, monkeypatch):
+    monkeypatch.delenv("NVML_REPLAY_FILE", raising=False)
+    not_loaded = r"^NVML did not initialise: nvmlInit: Driver Not Loaded$"
+    with pytest.raises(NvmlUnavailable, match=not_loaded):
+        DriverNvml(str(library)).open()
+    with pytest.raises(NvmlUnavailable, match=r"cannot load NVML: .*nothing\.so: cannot open"):
+        DriverNvml(str(tmp_path / "nothing.so")).open()
+    libc = next(p for p in ("/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/libc.so.6",
+                            "/lib/aarch64-linux-gnu/libc.so.6") if os.path.exists(p))  # fmt: skip
+    with pytest.raises(NvmlUnavailable, match="is not NVML: it lacks nvmlInit_v2"):
+        DriverNvml(libc).open()
+
+
+def test_check_loads_the_driver_s_library_by_its_name(pyinit_bin, h200x2_tree, library, replay,
+                                                      tmp_path):  # fmt: skip
+    """The loader finds the stand-in as it finds the driver's NVML, early,
+    in the check's own thread; a lost GPU is a warning naming it."""
+    env = {**os.environ, "LD_LIBRARY_PATH": str(library.parent)}
+    command = [pyinit_bin, "check", "--sysfs-root", h200x2_tree, "--expect-gpus", "2", "--kmsg",
+               os.devnull, "--json"]  # fmt: skip
+    replay(recording_with_health())
+    env["NVML_REPLAY_FILE"] = os.environ["NVML_REPLAY_FILE"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    # GPU 0's uncorrected ECC errors and its remap waiting for a reset, as NVML told them.
+    nvml = {(p["state"], p["code"], p["device"]) for p in json.loads(done.stdout)["problems"]
+            if p["probe"] == "nvml"}  # fmt: skip
+    assert nvml == {("CRITICAL", "ECC_UNCORRECTED", "0000:00:06.0"),
+                    ("WARNING", "ROW_REMAP_PENDING", "0000:00:06.0")}, done.stdout  # fmt: skip
+    assert done.returncode == 2
+    replay(RECORDING, ["lost 0"])
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    nvml = [p for p in json.loads(done.stdout)["problems"] if p["probe"] == "nvml"]
+    assert [(p["state"], p["code"]) for p in nvml] == [("WARNING", "NVML_UNAVAILABLE")], done.stdout
+    assert nvml[0]["message"] == "GPU 0: nvmlDeviceGetPciInfo_v3: GPU is lost"
+    assert done.stderr == ""
