@@ -176,7 +176,7 @@ class DriverNvml:
         self._gpus = init.result()
 
     def close(self) -> None:
-        self._gpus = None  # shut down and unloaded with its last reference
+        self._gpus = None  # nvmlShutdown with its last reference
 
     def driver_version(self) -> str:
         return str(self._gpus.driver_version())

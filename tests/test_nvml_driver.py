@@ -7,6 +7,7 @@ check` loads the library by the driver's own name."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -108,6 +109,18 @@ def test_a_gpu_that_stops_answering_is_named_and_the_rest_still_read(library, re
     samples = GpuStats(DriverNvml(str(library))).read()
     assert samples[1] == {"gpu": 1, "error": "GPU 1: nvmlDeviceGetUUID: GPU is lost", "xid": []}
     assert samples[0]["pci_bus_id"] == "0000:00:06.0"
+
+
+def test_the_library_stays_loaded_once_nvml_is_shut_down(library, replay):
+    """The driver's threads that nvmlInit starts may outlive nvmlShutdown:
+    their code is never unloaded under them."""
+    replay(RECORDING)
+    backend = DriverNvml(str(library))
+    backend.open()
+    backend.close()
+    del backend
+    gc.collect()
+    assert str(library) in Path("/proc/self/maps").read_text()
 
 
 def test_a_library_that_is_not_nvml_or_no_library_says_so(library, tmp_path, monkeypatch):

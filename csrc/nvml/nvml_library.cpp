@@ -11,21 +11,26 @@ Error::Error(Return result, const std::string& call, int gpu, const std::string&
                          ": " + text),
       result_(result) {}
 
+// The library stays loaded: nvmlInit starts threads of the driver's own
+// (libcuda's, driver 580) that may outlive nvmlShutdown, and unloading code a
+// thread still runs would crash the process later (a launcher that read NVML
+// in its preflight runs for days). Another open() takes the same handle.
 Library::~Library() {
   if (initialised_) api_.shutdown();
-  if (handle_ != nullptr) dlclose(handle_);
 }
 
 std::string Library::open(const char* path) {
-  handle_ = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (handle_ == nullptr) return std::string("cannot load NVML: ") + dlerror();
+  void* library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (library == nullptr) return std::string("cannot load NVML: ") + dlerror();
   auto bind = [&](auto& slot, const char* name) {
-    slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(dlsym(handle_, name));
+    slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(dlsym(library, name));
   };
   bind(api_.init, "nvmlInit_v2");
   bind(api_.shutdown, "nvmlShutdown");
   bind(api_.error_string, "nvmlErrorString");
   if (api_.init == nullptr || api_.shutdown == nullptr || api_.error_string == nullptr) {
+    api_ = Api{};
+    dlclose(library);  // none of its functions was called
     return std::string(path) +
            " is not NVML: it lacks nvmlInit_v2, nvmlShutdown or nvmlErrorString";
   }

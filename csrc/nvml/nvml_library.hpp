@@ -126,8 +126,8 @@ class Error : public std::runtime_error {
   Return result_;
 };
 
-// One initialised NVML: loaded and nvmlInit'ed by open(), shut down and
-// unloaded by the destructor (NVML counts its inits, so several may coexist).
+// One initialised NVML: loaded and nvmlInit'ed by open(), shut down by the
+// destructor (NVML counts its inits, so several may coexist), never unloaded.
 class Library {
  public:
   Library() = default;
@@ -151,7 +151,6 @@ class Library {
   std::string error(Return result) const;
 
  private:
-  void* handle_ = nullptr;
   Api api_{};
   bool initialised_ = false;
 };
