@@ -29,10 +29,13 @@ HEALTH = [{"ecc_enabled": True, "ecc_uncorrected_volatile": 3, "remapped_uncorre
 
 @pytest.fixture(scope="module")
 def library(tmp_path_factory) -> Path:
+    """The stand-in, under a name of its own: loaded into this process (and
+    never unloaded), it must not answer for the driver's libnvidia-ml.so.1
+    to the tests that run after these in the same process."""
     folder = tmp_path_factory.mktemp("nvml")
-    built = folder / "libnvidia-ml.so.1"
+    built = folder / "libnvml-replay.so"
     subprocess.run(["gcc", "-O1", "-Wall", "-Werror", "-shared", "-fPIC",
-                    "-Wl,-soname,libnvidia-ml.so.1", "-o", str(built),
+                    "-Wl,-soname,libnvml-replay.so", "-o", str(built),
                     str(ROOT / "tests" / "standin" / "nvml_replay.c")], check=True)  # fmt: skip
     return built
 
@@ -123,6 +126,18 @@ def test_the_library_stays_loaded_once_nvml_is_shut_down(library, replay):
     assert str(library) in Path("/proc/self/maps").read_text()
 
 
+def test_the_stand_in_never_answers_for_the_driver_s_library(library, replay):
+    replay(RECORDING)
+    DriverNvml(str(library)).open()  # loaded into this process for good
+    driver = DriverNvml()
+    try:
+        driver.open()
+    except NvmlUnavailable as e:  # no driver here
+        assert "cannot load NVML: libnvidia-ml.so.1: " in str(e)
+    else:
+        assert not driver.counters(0)["uuid"].startswith("GPU-replay-")
+
+
 def test_a_library_that_is_not_nvml_or_no_library_says_so(library, tmp_path, monkeypatch):
     monkeypatch.delenv("NVML_REPLAY_FILE", raising=False)
     not_loaded = r"^NVML did not initialise: nvmlInit: Driver Not Loaded$"
@@ -140,7 +155,10 @@ def test_check_loads_the_driver_s_library_by_its_name(pyinit_bin, h200x2_tree, l
                                                       tmp_path):  # fmt: skip
     """The loader finds the stand-in as it finds the driver's NVML, early,
     in the check's own thread; a lost GPU is a warning naming it."""
-    env = {**os.environ, "LD_LIBRARY_PATH": str(library.parent)}
+    driver = tmp_path / "driver"
+    driver.mkdir()
+    (driver / "libnvidia-ml.so.1").symlink_to(library)
+    env = {**os.environ, "LD_LIBRARY_PATH": str(driver)}
     command = [pyinit_bin, "check", "--sysfs-root", h200x2_tree, "--expect-gpus", "2", "--kmsg",
                os.devnull, "--json"]  # fmt: skip
     replay(recording_with_health())
