@@ -114,6 +114,13 @@ def test_a_gpu_that_stops_answering_is_named_and_the_rest_still_read(library, re
     assert samples[0]["pci_bus_id"] == "0000:00:06.0"
 
 
+def test_a_name_without_its_nul_is_read_to_the_buffer_s_end(library, replay):
+    replay(RECORDING, ["unterminated 1"])
+    backend = DriverNvml(str(library))
+    backend.open()
+    assert backend.name(0) == "NVIDIA H200" and backend.name(1) == "X" * 96
+
+
 def test_the_library_stays_loaded_once_nvml_is_shut_down(library, replay):
     """The driver's threads that nvmlInit starts may outlive nvmlShutdown:
     their code is never unloaded under them."""

@@ -18,6 +18,11 @@ constexpr unsigned kNvLinkTxField = 138;       // NVML_FI_DEV_NVLINK_THROUGHPUT_
 constexpr unsigned kNvLinkRxField = 139;       // NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, KiB
 constexpr unsigned long long kXidEvent = 0x8;  // nvmlEventTypeXidCriticalError
 
+// A text NVML wrote into `buffer`, up to its end should it hold no NUL.
+std::string text_in(const char (&buffer)[kTextSize]) {
+  return std::string(buffer, strnlen(buffer, kTextSize));
+}
+
 }  // namespace
 
 NvmlGpus::~NvmlGpus() {
@@ -56,7 +61,7 @@ void NvmlGpus::check(Return result, const char* call, int gpu) const {
 std::string NvmlGpus::driver_version() const {
   char text[kTextSize] = {};
   check(library_.call(&Api::driver_version, text, kTextSize), "nvmlSystemGetDriverVersion", -1);
-  return text;
+  return text_in(text);
 }
 
 std::string NvmlGpus::bus_id(unsigned gpu) const {
@@ -68,7 +73,7 @@ std::string NvmlGpus::bus_id(unsigned gpu) const {
 std::string NvmlGpus::name(unsigned gpu) const {
   char text[kTextSize] = {};
   check(library_.call(&Api::name, device(gpu), text, kTextSize), "nvmlDeviceGetName", int(gpu));
-  return text;
+  return text_in(text);
 }
 
 std::pair<int, int> NvmlGpus::cuda_capability(unsigned gpu) const {
@@ -170,7 +175,7 @@ GpuCounters NvmlGpus::counters(unsigned gpu) const {
   GpuCounters out{};
   char uuid[kTextSize] = {};
   check(library_.call(&Api::uuid, handle, uuid, kTextSize), "nvmlDeviceGetUUID", int(gpu));
-  out.uuid = uuid;
+  out.uuid = text_in(uuid);
   Utilization busy{};
   check(library_.call(&Api::utilization, handle, &busy), "nvmlDeviceGetUtilizationRates", int(gpu));
   out.utilization_percent = busy.gpu;

@@ -11,6 +11,7 @@
 //   counters GPU UUID UTIL MEMORY_USED TX_KIB RX_KIB CELSIUS NVLINK_TX_KIB|- NVLINK_RX_KIB|-
 //   xid GPU XID
 //   lost GPU          (every query of that GPU answers "GPU is lost")
+//   unterminated GPU  (its name fills the caller's buffer with no NUL after it)
 // A "-" is a query the GPU does not support. GPUs are numbered as they come.
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,7 +51,7 @@ typedef struct {
 
 typedef struct {
   char bus_id[32], name[96], uuid[96];
-  int sm[2], pcie[4], lost;
+  int sm[2], pcie[4], lost, unterminated;
   unsigned long long memory, bar1, memory_used;
   int links;  // active links recorded
   unsigned link_ids[kMaxLinks];
@@ -141,6 +142,8 @@ static void read_line(char* line) {
     xids[xid_count++][1] = atoi(words[2]);
   } else if (strcmp(words[0], "lost") == 0 && count == 2 && gpu_at(words[1])) {
     gpu_at(words[1])->lost = 1;
+  } else if (strcmp(words[0], "unterminated") == 0 && count == 2 && gpu_at(words[1])) {
+    gpu_at(words[1])->unterminated = 1;
   }
 }
 
@@ -193,6 +196,10 @@ int nvmlDeviceGetPciInfo_v3(void* handle, PciInfo* pci) {
 
 int nvmlDeviceGetName(void* handle, char* out, unsigned size) {
   GPU_OF(handle);
+  if (g->unterminated) {
+    memset(out, 'X', size);
+    return kSuccess;
+  }
   return text_out(g->name, out, size);
 }
 
