@@ -14,6 +14,28 @@ namespace pod_init::bindings {
 
 using nvml::NvmlGpus;
 
+namespace {
+
+// `query` as a function pybind11 can bind (the same arguments, the instance
+// first) that runs with the GIL released; its value is converted after.
+template <typename R, typename... A>
+auto released(R (NvmlGpus::*query)(A...) const) {
+  return [query](const NvmlGpus& gpus, A... args) {
+    ReleasedGil release;
+    return (gpus.*query)(args...);
+  };
+}
+
+template <typename R, typename... A>
+auto released(R (NvmlGpus::*query)(A...)) {
+  return [query](NvmlGpus& gpus, A... args) {
+    ReleasedGil release;
+    return (gpus.*query)(args...);
+  };
+}
+
+}  // namespace
+
 void bind_nvml(py::module_& m) {
   py::class_<NvmlGpus>(m, "NvmlGpus",
                        "NVML's answers about this node's GPUs, each by NVML's index. A query "
@@ -30,54 +52,16 @@ void bind_nvml(py::module_& m) {
           "Loads NVML (a name the loader searches for, or a file) and initialises it: '' or "
           "why not, in one line.")
       .def_property_readonly("count", &NvmlGpus::count)
-      .def("driver_version",
-           [](NvmlGpus& g) {
-             ReleasedGil release;
-             return g.driver_version();
-           })
-      .def(
-          "bus_id",
-          [](NvmlGpus& g, unsigned i) {
-            ReleasedGil release;
-            return g.bus_id(i);
-          },
-          py::arg("gpu"))
-      .def(
-          "name",
-          [](NvmlGpus& g, unsigned i) {
-            ReleasedGil release;
-            return g.name(i);
-          },
-          py::arg("gpu"))
-      .def(
-          "cuda_capability",
-          [](NvmlGpus& g, unsigned i) {
-            ReleasedGil release;
-            return g.cuda_capability(i);
-          },
-          py::arg("gpu"))
-      .def(
-          "memory_total",
-          [](NvmlGpus& g, unsigned i) {
-            ReleasedGil release;
-            return g.memory_total(i);
-          },
-          py::arg("gpu"))
-      .def(
-          "bar1_total",
-          [](NvmlGpus& g, unsigned i) {
-            ReleasedGil release;
-            return g.bar1_total(i);
-          },
-          py::arg("gpu"))
+      .def("driver_version", released(&NvmlGpus::driver_version))
+      .def("bus_id", released(&NvmlGpus::bus_id), py::arg("gpu"))
+      .def("name", released(&NvmlGpus::name), py::arg("gpu"))
+      .def("cuda_capability", released(&NvmlGpus::cuda_capability), py::arg("gpu"))
+      .def("memory_total", released(&NvmlGpus::memory_total), py::arg("gpu"))
+      .def("bar1_total", released(&NvmlGpus::bar1_total), py::arg("gpu"))
       .def(
           "pcie_link",
           [](NvmlGpus& g, unsigned i) {
-            nvml::PcieLink link;
-            {
-              ReleasedGil release;
-              link = g.pcie_link(i);
-            }
+            nvml::PcieLink link = released(&NvmlGpus::pcie_link)(g, i);
             return std::make_tuple(link.generation, link.max_generation, link.width,
                                    link.max_width);
           },
@@ -85,11 +69,7 @@ void bind_nvml(py::module_& m) {
       .def(
           "nvlinks",
           [](NvmlGpus& g, unsigned i) {
-            std::vector<nvml::NvLinkEnd> links;
-            {
-              ReleasedGil release;
-              links = g.nvlinks(i);
-            }
+            std::vector<nvml::NvLinkEnd> links = released(&NvmlGpus::nvlinks)(g, i);
             std::vector<std::tuple<unsigned, std::string, std::optional<unsigned>>> out;
             for (const nvml::NvLinkEnd& end : links) {
               out.emplace_back(end.link, end.remote_bus_id, end.remote_type);
@@ -97,28 +77,13 @@ void bind_nvml(py::module_& m) {
             return out;
           },
           py::arg("gpu"), "Active links: (link, remote bus id, nvmlIntNvLinkDeviceType_t or None).")
-      .def(
-          "p2p_status",
-          [](NvmlGpus& g, unsigned a, unsigned b, int capability) {
-            ReleasedGil release;
-            return g.p2p_status(a, b, capability);
-          },
-          py::arg("a"), py::arg("b"), py::arg("capability"))
-      .def(
-          "common_ancestor",
-          [](NvmlGpus& g, unsigned a, unsigned b) {
-            ReleasedGil release;
-            return g.common_ancestor(a, b);
-          },
-          py::arg("a"), py::arg("b"))
+      .def("p2p_status", released(&NvmlGpus::p2p_status), py::arg("a"), py::arg("b"),
+           py::arg("capability"))
+      .def("common_ancestor", released(&NvmlGpus::common_ancestor), py::arg("a"), py::arg("b"))
       .def(
           "health",
           [](NvmlGpus& g, unsigned i) {
-            nvml::GpuHealth h;
-            {
-              ReleasedGil release;
-              h = g.health(i);
-            }
+            nvml::GpuHealth h = released(&NvmlGpus::health)(g, i);
             py::dict out;
             out["ecc_enabled"] = h.ecc_enabled;
             out["ecc_uncorrected_volatile"] = h.ecc_uncorrected_volatile;
@@ -133,11 +98,7 @@ void bind_nvml(py::module_& m) {
       .def(
           "counters",
           [](NvmlGpus& g, unsigned i) {
-            nvml::GpuCounters c;
-            {
-              ReleasedGil release;
-              c = g.counters(i);
-            }
+            nvml::GpuCounters c = released(&NvmlGpus::counters)(g, i);
             py::dict out;
             out["uuid"] = c.uuid;
             out["utilization_percent"] = double(c.utilization_percent);
@@ -150,21 +111,10 @@ void bind_nvml(py::module_& m) {
             return out;
           },
           py::arg("gpu"), "What the monitor samples, now.")
-      .def(
-          "watch_xids",
-          [](NvmlGpus& g, const std::vector<unsigned>& gpus) {
-            ReleasedGil release;
-            return g.watch_xids(gpus);
-          },
-          py::arg("gpus"),
-          "Xid events from these GPUs from now on; False where none can be delivered.")
-      .def(
-          "xid_events",
-          [](NvmlGpus& g) {
-            ReleasedGil release;
-            return g.xid_events();
-          },
-          "(GPU, Xid) for each event since the last call; never blocks.");
+      .def("watch_xids", released(&NvmlGpus::watch_xids), py::arg("gpus"),
+           "Xid events from these GPUs from now on; False where none can be delivered.")
+      .def("xid_events", released(&NvmlGpus::xid_events),
+           "(GPU, Xid) for each event since the last call; never blocks.");
 }
 
 }  // namespace pod_init::bindings
