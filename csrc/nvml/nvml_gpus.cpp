@@ -19,8 +19,9 @@ constexpr unsigned kNvLinkRxField = 139;       // NVML_FI_DEV_NVLINK_THROUGHPUT_
 constexpr unsigned long long kXidEvent = 0x8;  // nvmlEventTypeXidCriticalError
 
 // A text NVML wrote into `buffer`, up to its end should it hold no NUL.
-std::string text_in(const char (&buffer)[kTextSize]) {
-  return std::string(buffer, strnlen(buffer, kTextSize));
+template <size_t N>
+std::string text_in(const char (&buffer)[N]) {
+  return std::string(buffer, strnlen(buffer, N));
 }
 
 }  // namespace
@@ -34,13 +35,12 @@ std::string NvmlGpus::open(const std::string& library_path) {
   if (!problem.empty()) return problem;
   unsigned count = 0;
   Return result = library_.call(&Api::device_count, &count);
-  if (result != kSuccess) return "nvmlDeviceGetCount_v2: " + library_.error(result);
+  if (result != kSuccess) return refusal("nvmlDeviceGetCount_v2", -1, library_.error(result));
   devices_.assign(count, nullptr);
   for (unsigned gpu = 0; gpu < count; ++gpu) {
     result = library_.call(&Api::handle_by_index, gpu, &devices_[gpu]);
     if (result != kSuccess) {
-      return "GPU " + std::to_string(gpu) +
-             ": nvmlDeviceGetHandleByIndex_v2: " + library_.error(result);
+      return refusal("nvmlDeviceGetHandleByIndex_v2", int(gpu), library_.error(result));
     }
   }
   return "";
@@ -67,7 +67,7 @@ std::string NvmlGpus::driver_version() const {
 std::string NvmlGpus::bus_id(unsigned gpu) const {
   PciInfo pci{};
   check(library_.call(&Api::pci_info, device(gpu), &pci), "nvmlDeviceGetPciInfo_v3", int(gpu));
-  return std::string(pci.bus_id, strnlen(pci.bus_id, sizeof pci.bus_id));
+  return text_in(pci.bus_id);
 }
 
 std::string NvmlGpus::name(unsigned gpu) const {
@@ -123,8 +123,7 @@ std::vector<NvLinkEnd> NvmlGpus::nvlinks(unsigned gpu) const {
     }
     PciInfo remote{};
     if (library_.call(&Api::nvlink_remote_pci, handle, link, &remote) != kSuccess) continue;
-    NvLinkEnd end{link, std::string(remote.bus_id, strnlen(remote.bus_id, sizeof remote.bus_id)),
-                  std::nullopt};
+    NvLinkEnd end{link, text_in(remote.bus_id), std::nullopt};
     unsigned type = 0;
     if (library_.call(&Api::nvlink_remote_type, handle, link, &type) == kSuccess) {
       end.remote_type = type;

@@ -6,10 +6,12 @@
 
 namespace pod_init::nvml {
 
+std::string refusal(const std::string& call, int gpu, const std::string& text) {
+  return (gpu >= 0 ? "GPU " + std::to_string(gpu) + ": " : std::string()) + call + ": " + text;
+}
+
 Error::Error(Return result, const std::string& call, int gpu, const std::string& text)
-    : std::runtime_error((gpu >= 0 ? "GPU " + std::to_string(gpu) + ": " : std::string()) + call +
-                         ": " + text),
-      result_(result) {}
+    : std::runtime_error(refusal(call, gpu, text)), result_(result) {}
 
 // The library stays loaded: nvmlInit starts threads of the driver's own
 // (libcuda's, driver 580) that may outlive nvmlShutdown, and unloading code a
@@ -69,7 +71,7 @@ std::string Library::open(const char* path) {
   bind(api_.register_events, "nvmlDeviceRegisterEvents");
   bind(api_.event_set_wait, "nvmlEventSetWait_v2");
   Return result = api_.init();
-  if (result != kSuccess) return "nvmlInit: " + error(result);
+  if (result != kSuccess) return refusal("nvmlInit", -1, error(result));
   initialised_ = true;
   return "";
 }

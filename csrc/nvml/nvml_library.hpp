@@ -115,8 +115,11 @@ struct Api {
   Return (*event_set_wait)(EventSet, EventData*, unsigned);
 };
 
-// A query NVML refused: what(): "GPU 1: nvmlDeviceGetName: GPU is lost"
-// ("nvmlDeviceGetCount_v2: ..." for a query of no one GPU).
+// What a query NVML refused says: "GPU 1: nvmlDeviceGetName: GPU is lost"
+// ("nvmlDeviceGetCount_v2: ..." for a query of no one GPU: `gpu` -1).
+std::string refusal(const std::string& call, int gpu, const std::string& text);
+
+// A query NVML refused; what() is its refusal().
 class Error : public std::runtime_error {
  public:
   Error(Return result, const std::string& call, int gpu, const std::string& text);
