@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from pyinit.jsonfile import write_json
-from pyinit.nvml import MAX_NVLINKS, DriverNvml, NvmlUnavailable
+from pyinit.nvml import DriverNvml, NvmlUnavailable
 
 # nvml.h's values for the queries below.
+MAX_NVLINKS = 18  # NVML_NVLINK_MAX_LINKS on Hopper
 ENABLED, UNCORRECTED, VOLATILE, GPU_SENSOR = 1, 1, 0, 0
 NVLINK_TX, NVLINK_RX = 138, 139  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX, KiB
 

@@ -37,7 +37,6 @@ P2P_STATUS = {0: "OK", 1: "CNS", 2: "GNS", 3: "TNS", 4: "DIS", 5: "NS", 6: "U"}
 ANCESTOR_LEVELS = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 # nvmlNvLinkDeviceType_t values that name a peer kind
 _REMOTE_GPU, _REMOTE_SWITCH = 0, 2
-MAX_NVLINKS = 18  # NVML_NVLINK_MAX_LINKS on Hopper
 
 
 def nvlink_gbs(sm: int) -> float:
@@ -182,52 +181,51 @@ class DriverNvml:
         return str(self._gpus.driver_version())
 
     def device_count(self) -> int:
-        return int(self._gpus.count)
+        return self._gpus.count
 
     def handle(self, index: int) -> Any:
         return index
 
+    # The core's answers are already the protocol's types.
     def bus_id(self, handle: Any) -> str:
-        return str(self._gpus.bus_id(handle))
+        return self._gpus.bus_id(handle)
 
     def name(self, handle: Any) -> str:
-        return str(self._gpus.name(handle))
+        return self._gpus.name(handle)
 
     def cuda_capability(self, handle: Any) -> tuple[int, int]:
-        major, minor = self._gpus.cuda_capability(handle)
-        return int(major), int(minor)
+        return self._gpus.cuda_capability(handle)
 
     def memory_total(self, handle: Any) -> int:
-        return int(self._gpus.memory_total(handle))
+        return self._gpus.memory_total(handle)
 
     def bar1_total(self, handle: Any) -> int:
-        return int(self._gpus.bar1_total(handle))
+        return self._gpus.bar1_total(handle)
 
     def pcie_link(self, handle: Any) -> tuple[int, int, int, int]:
-        gen, max_gen, width, max_width = self._gpus.pcie_link(handle)
-        return int(gen), int(max_gen), int(width), int(max_width)
+        return self._gpus.pcie_link(handle)
 
     def nvlinks(self, handle: Any) -> list[tuple[int, str, int | None]]:
-        return [(int(link), str(remote), kind) for link, remote, kind in self._gpus.nvlinks(handle)]
+        return self._gpus.nvlinks(handle)
 
     def p2p_status(self, a: Any, b: Any, capability: int) -> int:
-        return int(self._gpus.p2p_status(a, b, capability))
+        return self._gpus.p2p_status(a, b, capability)
 
     def common_ancestor(self, a: Any, b: Any) -> int:
-        return int(self._gpus.common_ancestor(a, b))
+        return self._gpus.common_ancestor(a, b)
 
     def health(self, handle: Any) -> dict[str, Any]:
-        return dict(self._gpus.health(handle))
+        return self._gpus.health(handle)
 
     def counters(self, handle: Any) -> dict[str, Any]:
-        return dict(self._gpus.counters(handle))
+        return self._gpus.counters(handle)
 
     def watch_xid(self, handles: list[Any]) -> None:
         # Unsupported in some VMs and on some parts: then no XIDs, the other counters still work.
-        self._gpus.watch_xids(list(handles))
+        self._gpus.watch_xids(handles)
 
     def xid_events(self) -> list[tuple[int, int]]:
-        return [(int(gpu), int(xid)) for gpu, xid in self._gpus.xid_events()]
+        return self._gpus.xid_events()
 
 
 class FakeNvml:
@@ -518,7 +516,3 @@ def read_nvml(backend: NvmlBackend | None = None) -> NvmlView:
         return NvmlView(nvml.driver_version(), tuple(gpus), tuple(pairs))
     finally:
         nvml.close()
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

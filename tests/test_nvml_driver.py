@@ -16,15 +16,14 @@ from pathlib import Path
 import pytest
 
 from pyinit.monitor import GpuStats
-from pyinit.nvml import DriverNvml, FakeNvml, NvmlUnavailable, read_nvml
+from pyinit.nvml import HEALTH_KEYS, DriverNvml, FakeNvml, NvmlUnavailable, read_nvml
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDING = json.loads((ROOT / "tests" / "data" / "h200x2-nvml.json").read_text())
 # GPU 0 as an H200 reports itself; GPU 1 a part without ECC or row remapping.
 HEALTH = [{"ecc_enabled": True, "ecc_uncorrected_volatile": 3, "remapped_uncorrectable": 2,
            "remap_pending": True, "remap_failed": False},
-          dict.fromkeys(("ecc_enabled", "ecc_uncorrected_volatile", "remapped_uncorrectable",
-                         "remap_pending", "remap_failed"))]  # fmt: skip
+          dict.fromkeys(HEALTH_KEYS)]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +49,7 @@ def replay_lines(spec: dict, extra: list[str] = ()) -> str:
                   for link, remote, kind in gpu["nvlinks"]]  # fmt: skip
         health = gpu.get("health", {})
         if health.get("ecc_enabled") is not None:
-            values = [int(health[key]) for key in ("ecc_enabled", "ecc_uncorrected_volatile",
-                      "remapped_uncorrectable", "remap_pending", "remap_failed")]  # fmt: skip
+            values = [int(health[key]) for key in HEALTH_KEYS]  # the stand-in's order
             lines.append(f"health {index} {' '.join(map(str, values))}")
     for pair, statuses in spec["p2p"].items():
         lines.append(f"p2p {pair.replace(',', ' ')} {' '.join(map(str, statuses))}")
