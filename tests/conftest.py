@@ -69,6 +69,24 @@ def pyinit_bin() -> Path:
 
 
 @pytest.fixture(scope="session")
+def nvml_stand_in(tmp_path_factory) -> Path:
+    """tests/standin/nvml_replay.c built (the NVML that answers from
+    $NVML_REPLAY_FILE), under a name of its own: loaded into a test process
+    by its path (and never unloaded), it must not answer for the driver's
+    libnvidia-ml.so.1 to later tests there. Its folder's driver/ holds it by
+    that name, for a command run with LD_LIBRARY_PATH there."""
+    folder = tmp_path_factory.mktemp("nvml")
+    built = folder / "libnvml-replay.so"
+    subprocess.run(["gcc", "-O1", "-Wall", "-Werror", "-shared", "-fPIC",
+                    "-Wl,-soname,libnvml-replay.so", "-o", str(built),
+                    str(Path(__file__).parent / "standin" / "nvml_replay.c")],
+                   check=True)  # fmt: skip
+    (folder / "driver").mkdir()
+    (folder / "driver" / "libnvidia-ml.so.1").symlink_to(built)
+    return built
+
+
+@pytest.fixture(scope="session")
 def h200x2_tree(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("sysfs") / "h200x2"
     sysfs_fixtures.build_h200x2(root)

@@ -398,6 +398,35 @@ def test_check_says_critical_over_unknown(pyinit_bin, tmp_path):
     assert any("PROBE_TIMEOUT" in line for line in lines)
 
 
+@pytest.mark.parametrize(
+    ("command", "status", "said"),
+    [(["nvml"], 1, "pyinit: NVML unavailable: GPU 1: nvmlDeviceGetPciInfo_v3: GPU is lost\n"),
+     (["nvml", "--json"], 1,
+      "pyinit: NVML unavailable: GPU 1: nvmlDeviceGetPciInfo_v3: GPU is lost\n"),
+     (["topo", "--sysfs-root", "TREE"], 0, "pyinit: NVML unavailable (GPU 1: "
+      "nvmlDeviceGetPciInfo_v3: GPU is lost); working from sysfs alone\n"),
+     (["monitor", "--once", "--json"], 0, "")],
+)  # fmt: skip
+def test_a_gpu_lost_in_the_driver_s_nvml_is_one_line(pyinit_bin, h200x2_tree, nvml_stand_in,
+                                                     tmp_path, command, status, said):  # fmt: skip
+    """A GPU that fell off the bus answers NVML with "GPU is lost": each
+    command names it in one line and carries on where it can; the monitor
+    samples the other GPU."""
+    from test_nvml_driver import RECORDING, replay_lines
+
+    (tmp_path / "replay.txt").write_text(replay_lines(RECORDING, ["lost 1"]))
+    env = {**os.environ, "NVML_REPLAY_FILE": str(tmp_path / "replay.txt"),
+           "LD_LIBRARY_PATH": str(nvml_stand_in.parent / "driver")}  # fmt: skip
+    words = [str(h200x2_tree) if word == "TREE" else word for word in command]
+    proc = subprocess.run([pyinit_bin, *words], env=env, capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert (proc.returncode, one_clean_line(proc)) == (status, said), proc.stdout[-2000:]
+    if command[0] == "monitor":
+        gpus = json.loads(proc.stdout)["gpus"]
+        assert gpus[1] == {"gpu": 1, "error": "GPU 1: nvmlDeviceGetUUID: GPU is lost", "xid": []}
+        assert gpus[0]["pci_bus_id"] == "0000:00:06.0"
+
+
 def test_read_batch_past_the_end_is_a_value_error_not_a_huge_allocation(tmp_path):
     from pyinit.io import DirectReader
 

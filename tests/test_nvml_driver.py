@@ -26,19 +26,6 @@ HEALTH = [{"ecc_enabled": True, "ecc_uncorrected_volatile": 3, "remapped_uncorre
           dict.fromkeys(HEALTH_KEYS)]  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def library(tmp_path_factory) -> Path:
-    """The stand-in, under a name of its own: loaded into this process (and
-    never unloaded), it must not answer for the driver's libnvidia-ml.so.1
-    to the tests that run after these in the same process."""
-    folder = tmp_path_factory.mktemp("nvml")
-    built = folder / "libnvml-replay.so"
-    subprocess.run(["gcc", "-O1", "-Wall", "-Werror", "-shared", "-fPIC",
-                    "-Wl,-soname,libnvml-replay.so", "-o", str(built),
-                    str(ROOT / "tests" / "standin" / "nvml_replay.c")], check=True)  # fmt: skip
-    return built
-
-
 def replay_lines(spec: dict, extra: list[str] = ()) -> str:
     """The stand-in's lines for a `pyinit nvml --record` recording."""
     lines = [f"driver {spec['driver']}"]
@@ -77,21 +64,21 @@ def recording_with_health() -> dict:
     return spec
 
 
-def test_the_driver_s_answers_are_the_recorded_node_s(library, replay):
+def test_the_driver_s_answers_are_the_recorded_node_s(nvml_stand_in, replay):
     spec = recording_with_health()
     replay(spec)
-    assert FakeNvml.record(DriverNvml(str(library))) == spec
-    view = read_nvml(DriverNvml(str(library)))
+    assert FakeNvml.record(DriverNvml(str(nvml_stand_in))) == spec
+    view = read_nvml(DriverNvml(str(nvml_stand_in)))
     assert view == read_nvml(FakeNvml(spec))
     assert [len(g.nvlinks) for g in view.gpus] == [18, 18]
     assert view.gpus[0].bdf == "0000:00:06.0" and view.gpus[0].sm == 90
     assert view.pairs[0].p2p["pci"] == "NS" and view.pairs[0].common_ancestor == "PHB"
 
 
-def test_the_monitor_reads_counters_and_each_xid_once(library, replay):
+def test_the_monitor_reads_counters_and_each_xid_once(nvml_stand_in, replay):
     replay(RECORDING, ["counters 0 GPU-0abc 87 1073741824 2048 4096 61 100 300", "xid 1 79",
                        "xid 0 48"])  # fmt: skip
-    stats = GpuStats(DriverNvml(str(library)))
+    stats = GpuStats(DriverNvml(str(nvml_stand_in)))
     assert stats.unavailable is None
     first, second = stats.read(), stats.read()
     assert first[0]["uuid"] == "GPU-0abc" and first[0]["pci_bus_id"] == "0000:00:06.0"
@@ -103,37 +90,37 @@ def test_the_monitor_reads_counters_and_each_xid_once(library, replay):
     assert [g["xid"] for g in first] == [[48], [79]] and [g["xid"] for g in second] == [[], []]
 
 
-def test_a_gpu_that_stops_answering_is_named_and_the_rest_still_read(library, replay):
+def test_a_gpu_that_stops_answering_is_named_and_the_rest_still_read(nvml_stand_in, replay):
     replay(RECORDING, ["lost 1"])
     with pytest.raises(NvmlUnavailable, match=r"^GPU 1: nvmlDeviceGetPciInfo_v3: GPU is lost$"):
-        read_nvml(DriverNvml(str(library)))
-    samples = GpuStats(DriverNvml(str(library))).read()
+        read_nvml(DriverNvml(str(nvml_stand_in)))
+    samples = GpuStats(DriverNvml(str(nvml_stand_in))).read()
     assert samples[1] == {"gpu": 1, "error": "GPU 1: nvmlDeviceGetUUID: GPU is lost", "xid": []}
     assert samples[0]["pci_bus_id"] == "0000:00:06.0"
 
 
-def test_a_name_without_its_nul_is_read_to_the_buffer_s_end(library, replay):
+def test_a_name_without_its_nul_is_read_to_the_buffer_s_end(nvml_stand_in, replay):
     replay(RECORDING, ["unterminated 1"])
-    backend = DriverNvml(str(library))
+    backend = DriverNvml(str(nvml_stand_in))
     backend.open()
     assert backend.name(0) == "NVIDIA H200" and backend.name(1) == "X" * 96
 
 
-def test_the_library_stays_loaded_once_nvml_is_shut_down(library, replay):
+def test_the_library_stays_loaded_once_nvml_is_shut_down(nvml_stand_in, replay):
     """The driver's threads that nvmlInit starts may outlive nvmlShutdown:
     their code is never unloaded under them."""
     replay(RECORDING)
-    backend = DriverNvml(str(library))
+    backend = DriverNvml(str(nvml_stand_in))
     backend.open()
     backend.close()
     del backend
     gc.collect()
-    assert str(library) in Path("/proc/self/maps").read_text()
+    assert str(nvml_stand_in) in Path("/proc/self/maps").read_text()
 
 
-def test_the_stand_in_never_answers_for_the_driver_s_library(library, replay):
+def test_the_stand_in_never_answers_for_the_driver_s_library(nvml_stand_in, replay):
     replay(RECORDING)
-    DriverNvml(str(library)).open()  # loaded into this process for good
+    DriverNvml(str(nvml_stand_in)).open()  # loaded into this process for good
     driver = DriverNvml()
     try:
         driver.open()
@@ -143,11 +130,11 @@ def test_the_stand_in_never_answers_for_the_driver_s_library(library, replay):
         assert not driver.counters(0)["uuid"].startswith("GPU-replay-")
 
 
-def test_a_library_that_is_not_nvml_or_no_library_says_so(library, tmp_path, monkeypatch):
+def test_a_library_that_is_not_nvml_or_no_library_says_so(nvml_stand_in, tmp_path, monkeypatch):
     monkeypatch.delenv("NVML_REPLAY_FILE", raising=False)
     not_loaded = r"^NVML did not initialise: nvmlInit: Driver Not Loaded$"
     with pytest.raises(NvmlUnavailable, match=not_loaded):
-        DriverNvml(str(library)).open()
+        DriverNvml(str(nvml_stand_in)).open()
     with pytest.raises(NvmlUnavailable, match=r"cannot load NVML: .*nothing\.so: cannot open"):
         DriverNvml(str(tmp_path / "nothing.so")).open()
     libc = next(p for p in ("/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/libc.so.6",
@@ -156,14 +143,11 @@ def test_a_library_that_is_not_nvml_or_no_library_says_so(library, tmp_path, mon
         DriverNvml(libc).open()
 
 
-def test_check_loads_the_driver_s_library_by_its_name(pyinit_bin, h200x2_tree, library, replay,
-                                                      tmp_path):  # fmt: skip
+def test_check_loads_the_driver_s_library_by_its_name(pyinit_bin, h200x2_tree, nvml_stand_in,
+                                                      replay):  # fmt: skip
     """The loader finds the stand-in as it finds the driver's NVML, early,
     in the check's own thread; a lost GPU is a warning naming it."""
-    driver = tmp_path / "driver"
-    driver.mkdir()
-    (driver / "libnvidia-ml.so.1").symlink_to(library)
-    env = {**os.environ, "LD_LIBRARY_PATH": str(driver)}
+    env = {**os.environ, "LD_LIBRARY_PATH": str(nvml_stand_in.parent / "driver")}
     command = [pyinit_bin, "check", "--sysfs-root", h200x2_tree, "--expect-gpus", "2", "--kmsg",
                os.devnull, "--json"]  # fmt: skip
     replay(recording_with_health())
