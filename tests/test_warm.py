@@ -147,12 +147,51 @@ dist.destroy_process_group()  # else gloo's threads may abort the interpreter's 
     assert not [m for m in rest if m.startswith(heavy)], rest
 
 
-def test_warm_cold_and_spawned_runs_give_identical_losses(warm_env, tmp_path):
+def test_a_forked_worker_counts_its_threads_as_a_fresh_interpreter_would():
+    """For each environment a worker can be forked into from a parent that
+    set no thread count (torchrun's addition, a setting torch does not take,
+    MKL's own beside OpenMP's, more threads than cores), the count after
+    threads_as_asked is a fresh interpreter's with that environment."""
+    cases = [{"OMP_NUM_THREADS": "1"}, {"OMP_NUM_THREADS": "64"}, {"OMP_NUM_THREADS": "x"},
+             {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "64"}, {}]  # fmt: skip
+    clean = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+
+    def fresh(extra: dict[str, str]) -> int:
+        result = subprocess.run([sys.executable, "-P", "-c",
+                                 "import torch; print(torch.get_num_threads())"],
+                                env={**clean, **extra}, capture_output=True, text=True,
+                                timeout=120)  # fmt: skip
+        assert result.returncode == 0, result.stderr[-2000:]
+        return int(result.stdout)
+
+    script = """
+import json, sys, torch
+from pyinit.run.preload import threads_as_asked
+parent = torch.get_num_threads()
+counts = []
+for environ in json.loads(sys.argv[1]):
+    torch.set_num_threads(parent)
+    threads_as_asked(environ)
+    counts.append(torch.get_num_threads())
+print(json.dumps(counts))
+"""
+    forked = subprocess.run([sys.executable, "-P", "-c", script, json.dumps(cases)], env=clean,
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert forked.returncode == 0, forked.stderr[-2000:]
+    assert json.loads(forked.stdout) == [fresh(case) for case in cases], cases
+
+
+def test_warm_cold_and_spawned_runs_give_identical_losses_and_threads(warm_env, tmp_path):
     kinds = {"cold": ("--cold",), "spawn": ("--cold", "--worker-start", "spawn"), "warm": ()}
     for kind, options in kinds.items():
         result = run(warm_env, tmp_path / kind, *options)
         assert result.returncode == 0, result.stderr[-3000:]
     assert losses(tmp_path / "cold") == losses(tmp_path / "spawn") == losses(tmp_path / "warm")
+    # Forked workers take torch's thread count from their own environment, as
+    # spawned ones do: torchrun's OMP_NUM_THREADS=1 for two ranks on a node.
+    threads = {kind: [(tmp_path / kind / f"threads-rank{rank}.txt").read_text()
+                      for rank in (0, 1)] for kind in kinds}  # fmt: skip
+    assert threads["cold"] == threads["warm"] == threads["spawn"] == ["1\n", "1\n"], threads
     assert warm_event(tmp_path / "warm")["used"] is True
     assert warm_event(tmp_path / "cold") == {}  # --cold does not even look
     # The warm run's agent imported nothing; its workers neither.

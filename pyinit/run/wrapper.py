@@ -51,7 +51,7 @@ from pyinit.run.compiles import (
     once_dynamo_is_imported,
 )
 from pyinit.run.pattern_setup import PatternSetup, record_device, recorded_device
-from pyinit.run.preload import COMPILE_PRELOADS
+from pyinit.run.preload import COMPILE_PRELOADS, threads_as_asked
 from pyinit.run.store import FD_ENV as STORE_FD_ENV
 from pyinit.runlog.events import EventLog, boottime, process_start
 from pyinit.runlog.progress import (
@@ -421,6 +421,8 @@ def main() -> None:
     # TERM and raises KeyboardInterrupt on INT, as a fresh interpreter would.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    if "torch" in sys.modules:  # forked: torch's threads were counted in the parent
+        threads_as_asked()
     status_dir, kind, name, *args = sys.argv[1:]
     # torchrun counts its restarts of the worker group; pyinit run watches for new attempts.
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))

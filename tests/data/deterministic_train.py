@@ -1,7 +1,9 @@
 """A deterministic two-rank DDP run on CPU (gloo) for the warm-start tests:
 the same seed, data and order every time, each step's loss printed exactly
-(float.hex) to OUT/losses-rankN.txt. With --kill-at N, rank 1 of the first attempt KILLs itself
-after step N (the restart tests); later attempts run to the end."""
+(float.hex) to OUT/losses-rankN.txt, and the intra-op thread count the
+rank started with to OUT/threads-rankN.txt. With --kill-at N, rank 1 of the
+first attempt KILLs itself after step N (the restart tests); later attempts
+run to the end."""
 
 import argparse
 import os
@@ -17,6 +19,7 @@ parser.add_argument("--steps", type=int, default=6)
 parser.add_argument("--kill-at", type=int, default=0)
 parser.add_argument("--out", default=".", help="a folder for each rank's losses-rankN.txt")
 args = parser.parse_args()
+threads_at_start = torch.get_num_threads()
 torch.manual_seed(0)
 torch.use_deterministic_algorithms(True)
 torch.set_num_threads(1)
@@ -26,6 +29,8 @@ model = DistributedDataParallel(nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.L
 optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
 data = torch.Generator().manual_seed(1 + rank)
 attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+with open(os.path.join(args.out, f"threads-rank{rank}.txt"), "w") as threads:
+    print(threads_at_start, file=threads)
 out = open(os.path.join(args.out, f"losses-rank{rank}.txt"), "w")  # noqa: SIM115
 for step in range(1, args.steps + 1):
     x = torch.randn(8, 16, generator=data)
