@@ -202,9 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as e:
         print(f"pyinit: {printable(str(e))}", file=sys.stderr)
         return EXIT_USAGE
+    # The two commands whose every run reads NVML (the run's preflight): its
+    # driver's start overlaps their imports and parsing.
     if (
         nvml_backend is None
-        and _first_word(argv, COMMANDS) == "check"
+        and _first_word(argv, COMMANDS) in ("check", "run")
         and not any(a.startswith("--nvml-replay") for a in argv)
     ):
         from pyinit.nvml import begin_driver_init

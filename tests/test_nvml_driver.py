@@ -165,3 +165,24 @@ def test_check_loads_the_driver_s_library_by_its_name(pyinit_bin, h200x2_tree, n
     assert [(p["state"], p["code"]) for p in nvml] == [("WARNING", "NVML_UNAVAILABLE")], done.stdout
     assert nvml[0]["message"] == "GPU 0: nvmlDeviceGetPciInfo_v3: GPU is lost"
     assert done.stderr == ""
+
+
+def test_a_run_s_preflight_reads_the_driver_s_nvml_by_its_name(
+    pyinit_bin, h200x2_tree, nvml_stand_in, replay, tmp_path
+):
+    """`pyinit run` starts NVML early, as the check does, and its preflight
+    reads the driver's library: GPU 0's uncorrected ECC errors keep a strict
+    run from starting, with the finding named and nothing of the script run."""
+    script = tmp_path / "ran.py"
+    script.write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n")
+    replay(recording_with_health())
+    env = {**os.environ, "LD_LIBRARY_PATH": str(nvml_stand_in.parent / "driver"),
+           "NVML_REPLAY_FILE": os.environ["NVML_REPLAY_FILE"]}  # fmt: skip
+    done = subprocess.run([pyinit_bin, "run", "--sysfs-root", h200x2_tree, "--expect-gpus", "2",
+                           "--preflight", "strict", "--rescan", "--nproc-per-node", "1",
+                           "--run-dir", str(tmp_path / "run"), "--", str(script)], env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "ECC_UNCORRECTED" in done.stderr and "0000:00:06.0" in done.stderr, done.stderr
+    assert "not starting (--preflight strict)" in done.stderr
+    assert not (tmp_path / "ran").exists()
