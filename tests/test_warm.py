@@ -572,6 +572,41 @@ def test_the_first_launch_leaves_a_warm_interpreter_and_says_so_once(tmp_path):
     assert not warm_processes(folder), "the warm interpreter or its CPU probe still runs"
 
 
+def test_a_launch_while_the_compile_set_imports_does_not_wait_for_it(tmp_path):
+    """The warm interpreter a run left imports the compile set beside its
+    loop: a launch that comes while a step is under way (networkx, held here
+    until the test lets it go, for at most 60 s) is handed to the keeper
+    forked before the step began, and runs to its end meanwhile."""
+    fakes = tmp_path / "fakes"
+    (fakes / "networkx").mkdir(parents=True)
+    began, release = tmp_path / "import-began", tmp_path / "release"
+    (fakes / "networkx" / "__init__.py").write_text(
+        f"import os, time\nopen({str(began)!r}, 'w').close()\ndeadline = time.monotonic() + 60\n"
+        f"while not os.path.exists({str(release)!r}) and time.monotonic() < deadline:\n"
+        "    time.sleep(0.05)\n"
+    )  # fmt: skip
+    folder = tmp_path / "warm"
+    folder.mkdir(mode=0o700)
+    env = folder_env(folder, PYTHONPATH=str(fakes))
+    try:
+        first = run(env, tmp_path / "first")
+        assert first.returncode == 0, first.stderr[-3000:]
+        deadline = time.monotonic() + 120
+        while not began.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert began.exists(), (folder / "warm.log").read_text()
+        second = run(env, tmp_path / "second")
+        assert second.returncode == 0, second.stderr[-3000:]
+        assert warm_event(tmp_path / "second")["used"] is True
+        assert not release.exists()
+        # Still under way: not one step of the compile set has been taken in.
+        assert warm_status(env)["compile_preloads_pending"] == len(COMPILE_PRELOAD_STEPS)
+        assert losses(tmp_path / "first") == losses(tmp_path / "second")
+    finally:
+        release.touch()
+        stop_warm(env)
+
+
 def warm_processes(folder: Path) -> list[int]:
     """The warm interpreter's processes for `folder` (forked children included)."""
     found = []

@@ -29,6 +29,9 @@ says why in one line. What must match:
 - every module the run asks to preload.
 
 The rule the warm interpreter keeps, as the agent does before it forks
-workers (``pyinit.run.preload``): it never initialises CUDA, opens a process
-group or runs a thread.
+workers (``pyinit.run.preload``): it never initialises CUDA or opens a
+process group, and no thread of its runs when it forks. The compile set that
+one started by a run imports after its first launch is imported in a thread
+while a keeper forked before it waits for the next launch; nothing is
+forked until that thread has ended (``deferred``).
 """

@@ -28,6 +28,7 @@ from pyinit.run.preload import (
     import_compile_set,
 )
 from pyinit.run.warm import protocol
+from pyinit.run.warm.deferred import StepImport
 from pyinit.runlog.events import boottime, process_start
 
 if TYPE_CHECKING:
@@ -72,6 +73,7 @@ class Warm:
         self.imported = (process_start(), 0.0)  # CLOCK_BOOTTIME: the start, and ready
         self.filler: subprocess.Popen[bytes] | None = None  # pyinit.bytecode's, after the imports
         self.cpu_probe: CpuProbe | None = None  # after the deferred preloads (cpu_probe)
+        self.importing: StepImport | None = None  # a deferred preload's thread (deferred)
 
     def drop_spare(self) -> None:
         """The spare keeper, if any, told to end by closing its channel (it is
@@ -91,10 +93,16 @@ class Warm:
         self._imported(seen)
         self.imported = (self.imported[0], boottime())
 
-    def load_deferred(self) -> str:
-        """The next deferred preload imported; why this interpreter may no
-        longer fork ("" when it may). One that fails to import is said and
-        left out: a compiled script imports it itself."""
+    def begin_import(self) -> None:
+        """The next deferred preload imported in a thread (``deferred``),
+        while the loop serves: the spare, forked first, takes a launch that
+        comes meanwhile."""
+        self.importing = StepImport(self)
+
+    def import_next_deferred(self) -> set[str]:
+        """The next deferred preload imported (in StepImport's thread); the
+        environment names it read. One that fails to import is said and left
+        out: a compiled script imports it itself."""
         name = self.deferred.pop(0)
         with protocol.recording_environ_reads() as seen, collector_paused():
             try:
@@ -103,6 +111,15 @@ class Warm:
                 say(f"{error} (left to the scripts that compile)")
             if not self.deferred:  # a launch may come at any moment: the CPU probe forked
                 compute_compile_caches(probe_cpu=False)
+        return seen
+
+    def settle_import(self) -> str:
+        """The step under way, if any, waited for and taken in; why this
+        interpreter may no longer fork ("" when it may)."""
+        if self.importing is None:
+            return ""
+        seen = self.importing.finish()
+        self.importing = None
         self._imported(seen | self.read_at_import)
         return fork_unsafe()
 
@@ -139,7 +156,8 @@ class Warm:
         return {"pid": os.getpid(), "python": sys.executable, "preloads": list(self.preloads),
                 "age_s": round(time.time() - self.started, 1), "launches": self.launches,
                 "running": len(self.keepers), "idle_timeout_s": self.idle_timeout,
-                "compile_preloads_pending": len(self.deferred),
+                # The step being imported is pending until it has ended.
+                "compile_preloads_pending": len(self.deferred) + (self.importing is not None),
                 "cpu_probe_running": self.cpu_probe is not None, **memory}  # fmt: skip
 
 

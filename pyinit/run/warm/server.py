@@ -98,10 +98,11 @@ def serve(warm: Warm, listener: socket.socket, path: Path) -> None:
             timeout = max(0.0, last + warm.idle_timeout - time.monotonic())
             if timeout == 0:
                 say(f"idle for {warm.idle_timeout:g} s (--idle-timeout): ending")
+                warm.settle_import()
                 return
-        if warm.deferred and not stopping:
-            timeout = 0.0  # an import waits: only look for what is there now
         watched = [channels.wakeup.read_fd]
+        if warm.importing is not None:
+            watched.append(warm.importing.done_fd)
         if not stopping:
             watched += [listener.fileno(), *channels.intake.fds()]
         ready = _poll(watched, timeout)
@@ -123,23 +124,37 @@ def serve(warm: Warm, listener: socket.socket, path: Path) -> None:
                     finally:
                         for fd in fds:
                             os.close(fd)
-        if not stopping and warm.deferred and not channels.intake.pending:
-            warm.drop_spare()  # forked before these imports: the next one has them
-            unsafe = warm.load_deferred()
-            if unsafe:
-                say(f"{unsafe}: no more launches")
-                stopping = True
-            elif not warm.deferred:
-                warm.cpu_probe = cpu_probe.start(channels.close_in_fork)
+        if warm.importing is not None and warm.importing.done_fd in ready and not stopping:
+            stopping = _take_step(warm, channels)
+        if not stopping and warm.deferred and warm.importing is None \
+                and not channels.intake.pending:  # fmt: skip
+            if warm.spare is None:  # forked before the thread starts: it serves meanwhile
+                warm.spare = fork_spare(warm, channels)
+            warm.begin_import()
         if stopping:
+            warm.settle_import()
             _unlink_if_ours(path, listener)
             channels.intake.close()
             listener.close()
             warm.drop_spare()
             if not warm.keepers:
                 return
-        elif warm.spare is None and not warm.deferred:
+        elif warm.spare is None and warm.importing is None:
             warm.spare = fork_spare(warm, channels)
+
+
+def _take_step(warm: Warm, channels: Channels) -> bool:
+    """The deferred step under way waited for and taken in, and after the
+    last one the CPU probe started; True when forking is no longer safe
+    (said here): no more launches."""
+    unsafe = warm.settle_import()
+    if unsafe:
+        say(f"{unsafe}: no more launches")
+        return True
+    if not warm.deferred:
+        warm.drop_spare()  # forked before the compile set: the next one has it
+        warm.cpu_probe = cpu_probe.start(channels.close_in_fork)
+    return False
 
 
 def _poll(fds: list[int], timeout: float | None) -> set[int]:
@@ -217,7 +232,7 @@ def _answer(warm: Warm, channels: Channels, conn: socket.socket, request: dict[s
             protocol.send(conn, {"ok": True, "pid": os.getpid(), "running": len(warm.keepers)})
             return True
         elif op == "launch":
-            _launch(warm, channels, conn, request, fds)
+            return _launch(warm, channels, conn, request, fds)
         else:
             protocol.send(conn, {"ok": False, "reason": f"unknown request {op!r:.60}"})
     except OSError as error:
@@ -249,22 +264,27 @@ def launch_problem(request: dict[str, Any], fds: list[int]) -> str:
 
 
 def _launch(warm: Warm, channels: Channels, conn: socket.socket, request: dict[str, Any],
-            fds: list[int]) -> None:  # fmt: skip
-    """Hands a launch that matches to the spare keeper, which runs it."""
+            fds: list[int]) -> bool:  # fmt: skip
+    """Hands a launch that matches to the spare keeper, which runs it. True
+    when forking is no longer safe: no more launches."""
     why = launch_problem(request, fds)
     if why:
         protocol.send(conn, {"ok": False, "reason": f"a malformed launch: {why}"})
-        return
+        return False
     why = warm.difference(request)
     if why:
         protocol.send(conn, {"ok": False, "reason": why})
-        return
+        return False
+    if warm.spare is None and warm.importing is not None and _take_step(warm, channels):
+        protocol.send(conn, {"ok": False, "reason": "the warm interpreter may no longer fork"})
+        return True
     spare = warm.spare or fork_spare(warm, channels)
     warm.spare = None
     protocol.send(spare.channel, request, [conn.fileno(), *fds])
     spare.channel.close()
     warm.launches += 1
     warm.keepers.add(spare.pid)
+    return False
 
 
 def fork_spare(warm: Warm, channels: Channels) -> Spare:
