@@ -204,14 +204,15 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     # The two commands whose every run reads NVML (the run's preflight): its
     # driver's start overlaps their imports and parsing.
+    early_nvml = None
     if (
         nvml_backend is None
         and _first_word(argv, COMMANDS) in ("check", "run")
         and not any(a.startswith("--nvml-replay") for a in argv)
     ):
-        from pyinit.nvml import begin_driver_init
+        from pyinit import nvml as early_nvml
 
-        begin_driver_init()
+        early_nvml.begin_driver_init()
     try:
         parser, command = build_parser(argv)
         args, unknown = parser.parse_known_args(argv)
@@ -244,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{e.filename}: " if e.filename else ""
         print(f"pyinit: {printable(f'{where}{e.strerror or e}')}", file=sys.stderr)
         return EXIT_FAILURE
+    finally:
+        if early_nvml is not None:
+            early_nvml.end_driver_init()
 
 
 # Commands run often and timed end to end (a scheduler's health check every few

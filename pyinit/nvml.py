@@ -136,9 +136,12 @@ class _Init:
     def _open(self, library: str) -> None:
         self.problem = self.gpus.open(library)
 
+    def finish(self) -> None:
+        self._thread.join()
+
     def result(self) -> Any:
         """The initialised NVML; NvmlUnavailable saying why not."""
-        self._thread.join()
+        self.finish()
         if self.problem:
             raise NvmlUnavailable(f"NVML did not initialise: {self.problem}")
         return self.gpus
@@ -157,6 +160,18 @@ def begin_driver_init() -> None:
 
     if _early_init is None:
         _early_init = _Init(DEFAULT_LIBRARY)
+
+
+def end_driver_init() -> None:
+    """An early init that no open() took (the command ended first: its
+    --help, a usage error), waited for and dropped: a process that exits
+    while another of its threads is inside nvmlInit runs the library's
+    destructors under it."""
+    global _early_init
+
+    init, _early_init = _early_init, None
+    if init is not None:
+        init.finish()
 
 
 class DriverNvml:

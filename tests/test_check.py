@@ -185,6 +185,32 @@ def test_nvml_starts_early_in_its_own_thread_and_open_waits_for_it(monkeypatch):
     assert _open_error(nvml) == opened[0] and calls == ["nvml-init"] * 2  # the next one inits
 
 
+def test_an_early_init_no_open_took_is_waited_for_before_the_command_ends(monkeypatch):
+    """A command that ends before it opens NVML (its --help, a usage error)
+    waits for the early init first: the process's exit would run the
+    library's destructors under a thread still inside nvmlInit."""
+    import threading
+
+    from pyinit import _native, cli, nvml
+
+    finished = threading.Event()
+
+    def initialise():
+        time.sleep(0.3)  # the driver's slow first init
+        finished.set()
+        return ""
+
+    monkeypatch.setattr(StandInGpus, "initialise", staticmethod(initialise))
+    monkeypatch.setattr(_native, "NvmlGpus", StandInGpus)
+    monkeypatch.setattr(nvml, "_early_init", None)
+    for argv in (["run", "--no-such-option"], ["check", "--help"]):
+        finished.clear()
+        with pytest.raises(SystemExit):
+            cli.main(argv)
+        assert finished.is_set(), argv
+        assert nvml._early_init is None
+
+
 def test_the_driver_s_threads_take_no_signal_sent_to_the_process(monkeypatch):
     """nvmlInit (driver 580) starts a thread of libcuda's, which inherits the
     caller's signal mask: open there, it took the TERM and Ctrl-C meant for
