@@ -153,7 +153,8 @@ def test_a_forked_worker_counts_its_threads_as_a_fresh_interpreter_would():
     MKL's own beside OpenMP's, more threads than cores), the count after
     threads_as_asked is a fresh interpreter's with that environment."""
     cases = [{"OMP_NUM_THREADS": "1"}, {"OMP_NUM_THREADS": "64"}, {"OMP_NUM_THREADS": "x"},
-             {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "64"}, {}]  # fmt: skip
+             {"OMP_NUM_THREADS": "\u0661"}, {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "64"},
+             {}]  # fmt: skip
     clean = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
 
     def fresh(extra: dict[str, str]) -> int:

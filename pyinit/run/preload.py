@@ -263,7 +263,7 @@ def threads_as_asked(environ: Mapping[str, str] = os.environ) -> None:
     if torch.backends.mkl.is_available():
         names.insert(0, "MKL_NUM_THREADS")
     value = next((environ[name] for name in names if name in environ), None)
-    if value is None or not value.strip().isdigit():
+    if value is None or not (value.strip().isascii() and value.strip().isdigit()):
         return
     asked = int(value)
     if 0 < asked < torch.get_num_threads():
