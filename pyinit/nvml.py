@@ -11,13 +11,14 @@ carry on from sysfs alone.
 
 from __future__ import annotations
 
-import signal
 import sys
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from pyinit.quiet_thread import start_quiet
 
 # What health() reports: ECC mode, uncorrected ECC errors since the driver
 # loaded, and row remapping (HBM parts: rows remapped for uncorrectable errors,
@@ -101,11 +102,6 @@ class NvmlBackend(Protocol):
         ...
 
 
-# Signals a thread that faults must still receive; every other is blocked in
-# the threads that initialise NVML, and so in the driver's own (_init_thread).
-_SYNCHRONOUS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGTRAP,
-                signal.SIGSYS}  # fmt: skip
-
 DEFAULT_LIBRARY = "libnvidia-ml.so.1"
 
 
@@ -127,11 +123,7 @@ class _Init:
         self.problem = ""
         self._thread = threading.Thread(target=self._open, args=(library,), name="nvml-init",
                                         daemon=True)  # fmt: skip
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals() - _SYNCHRONOUS)
-        try:
-            self._thread.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        start_quiet(self._thread)
 
     def _open(self, library: str) -> None:
         self.problem = self.gpus.open(library)

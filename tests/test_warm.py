@@ -601,7 +601,16 @@ def test_a_launch_while_the_compile_set_imports_does_not_wait_for_it(tmp_path):
         assert warm_event(tmp_path / "second")["used"] is True
         assert not release.exists()
         # Still under way: not one step of the compile set has been taken in.
-        assert warm_status(env)["compile_preloads_pending"] == len(COMPILE_PRELOAD_STEPS)
+        status = warm_status(env)
+        assert status["compile_preloads_pending"] == len(COMPILE_PRELOAD_STEPS)
+        # Its thread blocks what the loop waits for: a signal to the process reaches the loop.
+        blocked = {int(task.name): int(next(line.split()[1] for line in
+                                            (task / "status").read_text().splitlines()
+                                            if line.startswith("SigBlk:")), 16)
+                   for task in Path(f"/proc/{status['pid']}/task").iterdir()}  # fmt: skip
+        waited = (1 << (signal.SIGTERM - 1)) | (1 << (signal.SIGCHLD - 1))
+        assert not blocked.pop(status["pid"]) & waited
+        assert blocked and all(mask & waited == waited for mask in blocked.values()), blocked
         assert losses(tmp_path / "first") == losses(tmp_path / "second")
     finally:
         release.touch()

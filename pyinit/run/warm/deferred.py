@@ -20,6 +20,8 @@ import os
 import threading
 from typing import TYPE_CHECKING
 
+from pyinit.quiet_thread import start_quiet
+
 if TYPE_CHECKING:
     from pyinit.run.warm.interpreter import Warm
 
@@ -33,7 +35,7 @@ class StepImport:
         self.done_fd, self._write_fd = os.pipe2(os.O_CLOEXEC)
         self._seen: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="pyinit-warm-import", daemon=True)
-        self._thread.start()
+        start_quiet(self._thread)  # the loop's own thread takes every signal (protocol.Wakeup)
 
     def _run(self) -> None:
         try:
