@@ -10,7 +10,7 @@ spare keeper forked before the thread started (so it was forked with no
 thread running: the fork-safety rule of ``pyinit.run.preload``) takes the
 launch at once. The loop forks nothing else while the thread runs: a launch
 that finds no spare, and the end of the loop, first wait for the step
-(:meth:`Warm.settle_import`).
+(:meth:`Warm.settle_import`, :meth:`Warm.end_import`).
 """
 
 from __future__ import annotations

@@ -113,13 +113,22 @@ class Warm:
                 compute_compile_caches(probe_cpu=False)
         return seen
 
+    def end_import(self) -> set[str] | None:
+        """The step under way waited for; the environment names it read (None
+        without one). Alone, as the interpreter ends: what the step loaded is
+        neither recorded nor kept, since nothing more is served."""
+        if self.importing is None:
+            return None
+        seen = self.importing.finish()
+        self.importing = None
+        return seen
+
     def settle_import(self) -> str:
         """The step under way, if any, waited for and taken in; why this
         interpreter may no longer fork ("" when it may)."""
-        if self.importing is None:
+        seen = self.end_import()
+        if seen is None:
             return ""
-        seen = self.importing.finish()
-        self.importing = None
         self._imported(seen | self.read_at_import)
         return fork_unsafe()
 

@@ -98,7 +98,7 @@ def serve(warm: Warm, listener: socket.socket, path: Path) -> None:
             timeout = max(0.0, last + warm.idle_timeout - time.monotonic())
             if timeout == 0:
                 say(f"idle for {warm.idle_timeout:g} s (--idle-timeout): ending")
-                warm.settle_import()
+                warm.end_import()
                 return
         watched = [channels.wakeup.read_fd]
         if warm.importing is not None:
@@ -132,7 +132,7 @@ def serve(warm: Warm, listener: socket.socket, path: Path) -> None:
                 warm.spare = fork_spare(warm, channels)
             warm.begin_import()
         if stopping:
-            warm.settle_import()
+            warm.end_import()
             _unlink_if_ours(path, listener)
             channels.intake.close()
             listener.close()
