@@ -169,25 +169,38 @@ def folder() -> Iterator[Path]:
     shutil.rmtree(path)
 
 
-@pytest.fixture
-def small_filesystem(tmp_path):
-    """A 16 MiB ext4 on a loop device, mounted (root only)."""
+@contextlib.contextmanager
+def loop_filesystem(folder: Path, megabytes: int) -> Iterator[Path]:
+    """An ext4 of `megabytes` on a loop device, mounted under `folder` (root only)."""
     if os.geteuid() != 0 or not shutil.which("mkfs.ext4"):
         pytest.skip("needs root and mkfs.ext4 for a loop-mounted filesystem")
-    image, mount = tmp_path / "fs.img", tmp_path / "mnt"
+    image, mount = folder / "fs.img", folder / "mnt"
     with open(image, "wb") as f:
-        f.truncate(16 << 20)
+        f.truncate(megabytes << 20)
     subprocess.run(["mkfs.ext4", "-q", "-m", "0", image], check=True)
     mount.mkdir()
     subprocess.run(["mount", "-o", "loop", image, mount], check=True)
-    yield mount
-    # io_uring drops its references to closed files a moment later, and the
-    # mount is busy until then.
+    try:
+        yield mount
+    finally:
+        unmount(mount)
+
+
+def unmount(mount: Path) -> None:
+    """Unmounts `mount`: io_uring drops its references to closed files a
+    moment later, and the mount is busy until then."""
     for _ in range(50):
         if subprocess.run(["umount", mount], capture_output=True).returncode == 0:
             return
         time.sleep(0.1)
     subprocess.run(["umount", mount], check=True)
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """A 16 MiB ext4 on a loop device, mounted (root only)."""
+    with loop_filesystem(tmp_path, 16) as mount:
+        yield mount
 
 
 def fill(mount: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import fill
+from conftest import fill, loop_filesystem, unmount
 
 from pyinit import _native
 from pyinit.io import (
@@ -389,6 +390,73 @@ def test_the_checkpoint_benchmark_times_every_tool_and_dcp_on_two_ranks(folder, 
             "in-memory load (pipeline ceiling), GB/s / 10"} <= names  # fmt: skip
     assert "target DCP save / FileSystemWriter:" in proc.stdout
     assert sorted(os.listdir(folder)) == ["checkpoint.json", "checkpoint.png"]  # its files are gone
+
+
+def test_the_checkpoint_benchmark_says_first_that_its_folder_lacks_room(tmp_path, pyinit_bin):
+    # One 32 MiB weight: each file fits on 80 MiB, the loads' two files and a save
+    # beside them (the second round's) do not. Said before anything is written.
+    with loop_filesystem(tmp_path, 80) as mount:
+        proc = subprocess.run(
+            [pyinit_bin, "bench", "checkpoint", "--dir", mount, "--size", "32M", "--rounds",
+             "2", "--device", "cpu", "--no-fio", "--no-ceiling", "--out", tmp_path],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert proc.returncode == 1, proc.stderr
+        lines = [line for line in proc.stderr.splitlines() if line.startswith("pyinit: ")]
+        assert len(lines) == 1 and re.fullmatch(
+            rf"pyinit: {mount}: the benchmark's files need 113(\.\d+)? MiB here, and "
+            r"6\d(\.\d+)? MiB is free", lines[0]), proc.stderr  # fmt: skip
+        assert "Traceback" not in proc.stderr
+        assert sorted(os.listdir(mount)) == ["lost+found"]
+
+
+def test_another_tool_failing_mid_benchmark_is_one_line_and_leaves_no_file(folder, monkeypatch):
+    import argparse
+
+    from pyinit.bench import checkpoint as bench
+
+    def torch_save_on_a_full_disk(tensors, path):  # as torch.save fails there: half a file
+        path.write_bytes(b"PK" * 1000)
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 4 vs 2\n"
+                           "frames of C++")  # fmt: skip
+
+    real = bench.save_with
+    monkeypatch.setattr(bench, "save_with", lambda tool, device: torch_save_on_a_full_disk
+                        if tool == "torch.save" else real(tool, device))  # fmt: skip
+    args = argparse.Namespace(device="cpu", no_fio=True, rounds=2)
+    with pytest.raises(OSError) as failed:
+        bench.bench_files(args, folder, 1 << 20)
+    assert failed.value.filename == str(folder / "pyinit-bench-ckpt.torch.save")
+    assert failed.value.strerror == ("torch.save failed: [enforce fail at inline_container.cc:672]"
+                                     " . unexpected pos 4 vs 2")  # fmt: skip
+    assert os.listdir(folder) == []  # the half file, and the loads' files of round 0
+    # fio's failure says its exit status and the last line it printed.
+    with pytest.raises(OSError) as failed, bench.another_tool("fio", folder / "f"):
+        raise subprocess.CalledProcessError(1, ["fio"], stderr="starting\nfio: io_u error on "
+                                            "file f: No space left on device\n")  # fmt: skip
+    assert (
+        failed.value.strerror
+        == "fio exited with 1: fio: io_u error on file f: No space left on device"
+    )
+    # pyinit's own tools are not wrapped: anything but an OSError from them is a bug.
+    with pytest.raises(RuntimeError), bench._by("pyinit", folder / "f"):
+        raise RuntimeError("a bug")
+
+
+def test_a_dcp_rank_that_fails_is_one_line_and_leaves_no_checkpoint(tmp_path):
+    import argparse
+
+    from pyinit.bench import checkpoint as bench
+
+    args = argparse.Namespace(device="cpu", ranks=2, rounds=1)
+    with loop_filesystem(tmp_path, 16) as mount:  # a 32 MiB state cannot fit
+        with pytest.raises(OSError) as failed:
+            bench.bench_dcp(args, mount, 32 << 20)
+        assert failed.value.filename == str(mount)
+        assert failed.value.strerror.startswith("a DCP rank exited with 1: ")
+        assert "No space left on device" in failed.value.strerror, failed.value.strerror
+        assert "\n" not in failed.value.strerror
+        assert sorted(os.listdir(mount)) == ["lost+found"]
 
 
 # Device-sized paths: staged loads and saves, folders, per-tensor checksums.
@@ -919,10 +987,7 @@ def test_a_loop_image_read_through_the_page_cache_is_loaded_as_its_pages(
             assert not populated and torch.equal(loaded["w"], state["w"])
             assert not file_mapped_at(loaded["w"].data_ptr(), mount / "ckpt.safetensors")
         finally:
-            for _ in range(50):
-                if subprocess.run(["umount", mount], capture_output=True).returncode == 0:
-                    break
-                time.sleep(0.1)
+            unmount(mount)
     finally:
         subprocess.run(["losetup", "-d", device], check=True)
 

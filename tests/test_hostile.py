@@ -167,6 +167,11 @@ BAD_INPUT = [
     (["pyinit", "bench", "checkpoint", "--no-files"], {}, 2, "--no-files leaves nothing"),
     (["pyinit", "bench", "checkpoint", "--device", "cuda:63"], {}, 1, "this machine has"),
     (["pyinit", "bench", "checkpoint", "--ranks", "0"], {}, 2, "--ranks: must be"),
+    # More than the disk holds: said before a byte is written (or a tensor made).
+    (["pyinit", "bench", "checkpoint", "--size", "64T", "--dir", "{tmp}", "--no-fio"], {}, 1,
+     "{tmp}: the benchmark's files need 194.1 TiB here, and "),
+    (["pyinit", "bench", "io", "--loop", "64T", "--loop-dir", "{tmp}", "--no-fio"], {}, 1,
+     "{tmp}: the benchmark's files need 64 TiB here, and "),
     (["build-root", "--out", "{tmp}/out", "--file", "{tmp}/nope:/x"], {}, 2,
      "{tmp}/nope is neither a file nor a folder"),
     (["build-root", "--out", "{tmp}/out", "--file", "{ok}:relative"], {"ok": b"x"}, 2,

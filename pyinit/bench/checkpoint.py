@@ -41,12 +41,12 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyinit import argtypes
-from pyinit.bench.io import best_sequential_read, drop_caches
+from pyinit.bench.io import best_sequential_read, check_room, drop_caches
 from pyinit.errors import InputError
 from pyinit.extras import note_missing, require
 from pyinit.jsonfile import write_json
@@ -56,15 +56,26 @@ if TYPE_CHECKING:
     import torch
 
 WEIGHT = (4096, 4096)  # bf16: 32 MiB each
+# The files on the disk at once: the two the loads read (pyinit's safetensors
+# file and torch's .pt) and the save being timed.
+FILES_AT_ONCE = 3
 SAVES = ("pyinit", "pyinit background", "safetensors", "torch.save", "fio write", "d2h copy")
 LOADS = ("pyinit", "safetensors", "fastsafetensors", "torch.load", "fio read")
 DCP = ("pyinit save", "torch save", "pyinit load", "torch load")
 
 
+def layer_count(size: int) -> int:
+    """The layers of state_dict(size): as many weights as fit in it, at least one."""
+    return max(1, size // (WEIGHT[0] * WEIGHT[1] * 2))
+
+
+LAYER_BYTES = WEIGHT[0] * WEIGHT[1] * 2 + 2 * WEIGHT[0] * 4  # a bf16 weight, two fp32 norms
+
+
 def state_dict(size: int, device: str, seed: int = 0) -> dict[str, torch.Tensor]:
     import torch
 
-    weights = max(1, size // (WEIGHT[0] * WEIGHT[1] * 2))
+    weights = layer_count(size)
     generator = torch.Generator(device).manual_seed(seed)  # made where it lives: 16 GiB is quick
     tensors = {}
     for i in range(weights):
@@ -127,6 +138,37 @@ class HostPeak:
             if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
         return 0
+
+
+def room_needed(args: argparse.Namespace) -> int:
+    """The most bytes the benchmark keeps in `--dir` at once: the file loads'
+    three files, then (they are gone by then) DCP's one checkpoint, each of
+    the state state_dict makes; with 1% and 16 MiB more for headers, metadata
+    and the filesystem's own blocks."""
+    files = 0 if args.no_files else FILES_AT_ONCE * layer_count(args.size) * LAYER_BYTES
+    dcp = args.ranks * layer_count(args.size // args.ranks) * LAYER_BYTES if args.dcp else 0
+    return max(files, dcp) * 101 // 100 + (16 << 20)
+
+
+@contextlib.contextmanager
+def another_tool(tool: str, path: Path) -> Iterator[None]:
+    """Another project's tool failing (torch.save's RuntimeError on a full
+    disk, safetensors' own error, fio's exit status) as an OSError naming the
+    tool and the file, so the command says it in one line: the system failed
+    under it, the benchmark did not. pyinit's own tools are not wrapped: what
+    they raise beyond OSError is a bug and keeps its traceback."""
+    try:
+        yield
+    except OSError:
+        raise
+    except subprocess.CalledProcessError as e:
+        said = (e.stderr or "").strip().splitlines()
+        raise OSError(None, f"{tool} exited with {e.returncode}" +
+                      (f": {said[-1]}" if said else ""), str(path)) from e  # fmt: skip
+    except Exception as e:
+        said = str(e).strip().splitlines()
+        raise OSError(None, f"{tool} failed: {said[0] if said else type(e).__name__}",
+                      str(path)) from e  # fmt: skip
 
 
 def run_fio(path: Path, size: int, rw: str) -> float:
@@ -318,26 +360,45 @@ def rotate(tools: list[str], round_no: int) -> list[str]:
 
 
 def bench_files(args: argparse.Namespace, folder: Path, size: int) -> tuple[list[dict], int, int]:
-    """Saves and loads of one file, round by round; the results, the bytes and tensor count."""
+    """Saves and loads of one file, round by round; the results, the bytes and
+    tensor count. Every file it wrote is gone when it returns or raises."""
+    tensors = state_dict(size, args.device)
+    size = nbytes(tensors)
+    target = folder / "pyinit-bench-load.safetensors"
+    written = {target, target.with_suffix(".pt")}
+    try:
+        return _rounds(args, folder, tensors, target, written), size, len(tensors)
+    finally:
+        for path in written:
+            path.unlink(missing_ok=True)
+
+
+def _by(tool: str, path: Path) -> contextlib.AbstractContextManager[None]:
+    """another_tool for the tools of other projects; nothing for pyinit's."""
+    return contextlib.nullcontext() if tool.startswith("pyinit") else another_tool(tool, path)
+
+
+def _rounds(args: argparse.Namespace, folder: Path, tensors: dict[str, torch.Tensor],
+            target: Path, written: set[Path]) -> list[dict]:  # fmt: skip
     import torch
 
-    tensors = state_dict(size, args.device)
     size = nbytes(tensors)
     saves = available(SAVES, args.device, args.no_fio)
     loads = available(LOADS, args.device, args.no_fio)
     results = []
-    target = folder / "pyinit-bench-load.safetensors"
     for round_no in range(args.rounds):
         for tool in rotate(saves, round_no):
             path = folder / f"pyinit-bench-ckpt.{tool.replace(' ', '-')}"
+            written.add(path)
             path.unlink(missing_ok=True)
             os.sync()  # what the previous tool left dirty is not charged to this one
             started = time.perf_counter()
-            extra = (
-                {"seconds": run_fio(path, size, "write")}
-                if tool == "fio write"
-                else save_with(tool, args.device)(tensors, path)
-            )
+            with _by(tool, path):
+                extra = (
+                    {"seconds": run_fio(path, size, "write")}
+                    if tool == "fio write"
+                    else save_with(tool, args.device)(tensors, path)
+                )
             seconds = extra.pop("seconds", time.perf_counter() - started)
             path.unlink(missing_ok=True)
             results.append({"op": "save", "tool": tool, "round": round_no, "seconds": seconds,
@@ -348,10 +409,12 @@ def bench_files(args: argparse.Namespace, folder: Path, size: int) -> tuple[list
 
             checkpoint.save(tensors, target)
             if "torch.load" in loads:
-                torch.save(tensors, target.with_suffix(".pt"))
+                with another_tool("torch.save", target.with_suffix(".pt")):
+                    torch.save(tensors, target.with_suffix(".pt"))
                 fsync_path(target.with_suffix(".pt"))
             if "fio read" in loads:  # the disk's ceiling is fio's best setting, not one
-                setting, rate, rates = best_sequential_read(str(target), target.stat().st_size)
+                with another_tool("fio", target):
+                    setting, rate, rates = best_sequential_read(str(target), target.stat().st_size)
                 results.append({"op": "load", "tool": "fio best read", "round": 0,
                                 "seconds": size / rate, "gb_s": rate / 1e9, "setting": setting,
                                 "sweep_gb_s": {k: v / 1e9 for k, v in rates.items()}})  # fmt: skip
@@ -360,19 +423,18 @@ def bench_files(args: argparse.Namespace, folder: Path, size: int) -> tuple[list
         for tool in rotate(loads, round_no):
             dropped = drop_caches()
             started = time.perf_counter()
-            if tool == "fio read":
-                extra = {"seconds": run_fio(target, target.stat().st_size, "read")}
-            else:
-                extra = load_with(tool, args.device)(target)
+            with _by(tool, target):
+                if tool == "fio read":
+                    extra = {"seconds": run_fio(target, target.stat().st_size, "read")}
+                else:
+                    extra = load_with(tool, args.device)(target)
             seconds = extra.pop("seconds", time.perf_counter() - started)
             if args.device.startswith("cuda"):
                 torch.cuda.empty_cache()
             results.append({"op": "load", "tool": tool, "round": round_no, "seconds": seconds,
                             "gb_s": size / seconds / 1e9, "cold": dropped, **extra})  # fmt: skip
             print(f"round {round_no} load {tool}: {seconds:.2f} s", file=sys.stderr)
-    target.unlink(missing_ok=True)
-    target.with_suffix(".pt").unlink(missing_ok=True)
-    return results, size, len(tensors)
+    return results
 
 
 # ---------------------------------------------------------------------------
@@ -445,23 +507,40 @@ def bench_dcp(args: argparse.Namespace, folder: Path, size: int) -> tuple[list[d
     """Starts the ranks (this module, each its own process) and gathers rank 0's results."""
     import socket
 
+    from pyinit.checkpoint.dcp import staging_folder
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     command = [sys.executable, "-m", "pyinit.bench.checkpoint", "--dcp-rank", str(folder),
                str(size), str(args.rounds), args.device]  # fmt: skip
     procs = []
-    for rank in range(args.ranks):
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                   LOCAL_RANK=str(rank), WORLD_SIZE=str(args.ranks))  # fmt: skip
-        if args.ranks == 1:
-            env.pop("WORLD_SIZE")
-        # From the folder: a checkout in the working directory cannot shadow the package.
-        procs.append(subprocess.Popen(command, env=env, cwd=folder, stdout=subprocess.PIPE,
-                                      text=True))  # fmt: skip
-    outputs = [proc.communicate()[0] for proc in procs]
-    if any(proc.returncode for proc in procs):
-        raise OSError(f"a DCP rank failed (exit {[p.returncode for p in procs]})")
+    # Each rank's stderr in a file, not a pipe: a rank blocked writing to a full
+    # pipe while another waits for it at a barrier would hang both.
+    with contextlib.ExitStack() as files:
+        for rank in range(args.ranks):
+            env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                       RANK=str(rank), LOCAL_RANK=str(rank),
+                       WORLD_SIZE=str(args.ranks))  # fmt: skip
+            if args.ranks == 1:
+                env.pop("WORLD_SIZE")
+            said = files.enter_context(tempfile.TemporaryFile("w+"))
+            # From the folder: a checkout in the working directory cannot shadow the package.
+            procs.append((subprocess.Popen(command, env=env, cwd=folder, stdout=subprocess.PIPE,
+                                           stderr=said, text=True), said))  # fmt: skip
+        try:
+            outputs = [proc.communicate()[0] for proc, _ in procs]
+        finally:  # a rank that failed left its checkpoint behind, or its staging folder
+            for kind in ("pyinit", "torch"):
+                path = folder / f"pyinit-bench-dcp-{kind}"
+                for left in (path, Path(staging_folder(str(path)))):
+                    shutil.rmtree(left, ignore_errors=True)
+        for proc, said in procs:
+            if proc.returncode:  # its traceback's last line says what failed (a full disk, ...)
+                said.seek(0)
+                lines = said.read().strip().splitlines()
+                raise OSError(None, f"a DCP rank exited with {proc.returncode}" +
+                              (f": {lines[-1]}" if lines else ""), str(folder))  # fmt: skip
     document = json.loads(outputs[0].strip().splitlines()[-1])
     for row in document["results"]:
         row["gb_s"] = document["bytes"] / row["seconds"] / 1e9
@@ -613,6 +692,7 @@ def main(args: argparse.Namespace) -> int:
     if problem:
         raise InputError(f"--device {args.device}: {problem}")
     note_missing("matplotlib", "the PNG", "pyinit bench checkpoint")  # once the arguments are good
+    check_room(folder, room_needed(args))
 
     results, size, count = [], args.size, 0
     if not args.no_files:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import multiprocessing
 import os
@@ -121,18 +122,35 @@ def drop_caches() -> bool:
         return False
 
 
+def check_room(folder: Path, need: int) -> None:
+    """OSError (ENOSPC) naming `folder` where its filesystem has less than
+    `need` bytes free: said before a benchmark writes anything, not as some
+    write's failure halfway through."""
+    stats = os.statvfs(folder)
+    free = stats.f_bavail * stats.f_frsize
+    if free < need:
+        raise OSError(errno.ENOSPC, f"the benchmark's files need {human_bytes(need)} here, "
+                      f"and {human_bytes(free)} is free", str(folder))  # fmt: skip
+
+
 @contextlib.contextmanager
 def loop_device(size: int, folder: str | None) -> Iterator[str]:
     """A loop device (direct IO on) over a new file filled with random bytes,
     written before any read: reads of never-written blocks would time nothing."""
+    folder = folder or tempfile.gettempdir()
+    check_room(Path(folder), size)
     image = Path(tempfile.mkstemp(prefix="pyinit-bench-", suffix=".img", dir=folder)[1])
     try:
         rng = np.random.default_rng(0)
-        with image.open("wb") as f:
-            for _ in range(0, size, 64 << 20):
-                f.write(rng.integers(0, 256, min(64 << 20, size - f.tell()), dtype=np.uint8))
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with image.open("wb") as f:
+                for _ in range(0, size, 64 << 20):
+                    f.write(rng.integers(0, 256, min(64 << 20, size - f.tell()), dtype=np.uint8))
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:  # a buffered write's error names no file
+            raise OSError(e.errno, f"writing the loop device's file: {e.strerror}",
+                          str(image)) from e  # fmt: skip
         with loop_device_over(image) as device:
             yield device
     finally:
@@ -142,10 +160,15 @@ def loop_device(size: int, folder: str | None) -> Iterator[str]:
 @contextlib.contextmanager
 def loop_device_over(image: Path) -> Iterator[str]:
     """/dev/loopN over ``image`` with direct IO on, detached on the way out."""
-    device = subprocess.run(
+    attached = subprocess.run(
         ["losetup", "--find", "--show", "--direct-io=on", str(image)],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
+        capture_output=True, text=True,
+    )  # fmt: skip
+    if attached.returncode:  # no loop device free, or none in this container
+        said = attached.stderr.strip().splitlines()
+        raise OSError(None, f"losetup exited with {attached.returncode}" +
+                      (f": {said[-1]}" if said else ""), str(image))  # fmt: skip
+    device = attached.stdout.strip()
     try:
         yield device
     finally:
