@@ -13,6 +13,7 @@ same for pod-init, with the same message)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -86,11 +87,23 @@ def write_bytes(path: str | os.PathLike[str], data: bytes, mode: int = 0o666) ->
             f.flush()
             os.fsync(f.fileno())
         os.replace(temp, target)
+    except OSError as e:
+        _discard(temp)
+        # The file the user named, not the temporary one; and a buffered
+        # write's error (a full disk) names none.
+        raise OSError(e.errno, e.strerror, str(target)) from e
     except BaseException:
-        temp.unlink(missing_ok=True)
+        _discard(temp)
         raise
     sync_directory(target.parent)
     return target
+
+
+def _discard(temp: Path) -> None:
+    """Removes a temporary file a failed write left, if any and if it can:
+    on a read-only filesystem there is none, and unlink fails too."""
+    with contextlib.suppress(OSError):
+        temp.unlink()
 
 
 def sync_directory(path: str | os.PathLike[str]) -> None:

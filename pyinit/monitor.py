@@ -15,6 +15,7 @@ node_exporter textfile, Alertmanager-style webhooks.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import math
 import os
@@ -494,8 +495,13 @@ def watch(args: Any, nvml_backend: Any = None, out: IO[str] | None = None) -> in
             firing = monitor.alerts.firing()
             sample["alerts_firing"] = [{"alertname": a.name, **a.labels} for a in firing]
             if args.json or args.out:
-                sink.write(json.dumps(sample) + "\n")
-                sink.flush()
+                try:
+                    sink.write(json.dumps(sample) + "\n")
+                    sink.flush()
+                except OSError as e:  # a full disk: a buffered write's error names no file
+                    if sink is out:
+                        raise
+                    raise OSError(e.errno, e.strerror, args.out) from e
             if table is not None:
                 table.write(sample)
             if metrics:
@@ -512,7 +518,10 @@ def watch(args: Any, nvml_backend: Any = None, out: IO[str] | None = None) -> in
             time.sleep(args.interval)
     finally:
         if sink is not out:
-            sink.close()
+            # Each line was flushed as written: a close has nothing left to
+            # write but the line that already failed, said above.
+            with contextlib.suppress(OSError):
+                sink.close()
         if server is not None:
             server.shutdown()
             server.server_close()

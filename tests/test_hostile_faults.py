@@ -1,7 +1,7 @@
 """The second hostile sweep's fault cases, beside test_hostile.py's table:
 crashes (a deep host list, a file shrinking under the page-cache reader, a
-background save never waited for, a full disk under the run folder, a writer
-shared by threads), silent losses, injections into nccl.env, and verdicts a
+background save never waited for, a full disk under the run folder, a file
+the user named on a full or read-only filesystem, a writer shared by threads), silent losses, injections into nccl.env, and verdicts a
 hostile peer or log could once turn. Each asserts the exit status, the one
 line, no traceback, nothing half-written and nothing left running."""
 
@@ -242,6 +242,54 @@ def test_a_full_disk_under_the_run_folder_does_not_stop_training(
     report = run([pyinit_bin, "report", run_dir, "--out", tmp_path / "report.html"])
     assert report.returncode == 0, report.stderr
     assert "rank 0's step records stop (attempt 0 from step" in report.stdout, report.stdout
+
+
+# Commands that write a file the user names ({out}), on a full filesystem and
+# a read-only one: the line names that file (not a temporary name, and a
+# buffered write's error names none), and no part of it is left.
+WRITES = {
+    "timeline --json": (["pyinit", "timeline", "{events}", "--json", "{out}"], "{out}"),
+    "monitor --out": (["pyinit", "monitor", "--once", "--interval", "0.1", "--out", "{out}"],
+                      "{out}"),
+    "nccl --out": (["pod-init", "nccl", "--sysfs-root", "{sys}", "--out", "{out}"], "{out}"),
+    "bench io --loop": (["pyinit", "bench", "io", "--loop", "64M", "--loop-dir", "{dir}",
+                         "--no-fio"], "{dir}"),
+}  # fmt: skip
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("command", WRITES)
+@pytest.mark.parametrize("trouble", ["full", "read-only"])
+def test_a_file_that_cannot_be_written_is_named_and_left_out(
+    command, trouble, small_filesystem, pyinit_bin, eightgpu_tree, tmp_path
+):
+    from test_timeline import EVENTS
+
+    argv, named = WRITES[command]
+    if trouble == "full":
+        fill(small_filesystem)
+    else:
+        subprocess.run(["mount", "-o", "remount,ro", small_filesystem], check=True)
+    try:
+        values = {"events": EVENTS, "sys": eightgpu_tree, "dir": small_filesystem,
+                  "out": small_filesystem / "out.json"}  # fmt: skip
+        words = [str(w).format(**values) for w in argv]
+        words[0] = str(pyinit_bin.with_name(words[0]))
+        proc = run(words, timeout=120)
+        before = {"full": ["filler", "lost+found"], "read-only": ["lost+found"]}[trouble]
+        left = sorted(os.listdir(small_filesystem))
+    finally:
+        if trouble != "full":
+            subprocess.run(["mount", "-o", "remount,rw", small_filesystem], check=True)
+    assert proc.returncode == 1, proc.stderr
+    said = {"full": "No space left on device", "read-only": "Read-only file system"}[trouble]
+    prefix = f"{Path(words[0]).name}: {named.format(**values)}: "
+    lines = [line for line in one_clean_line(proc).splitlines() if line.startswith(prefix)]
+    assert len(lines) == 1 and (said in lines[0] or "is free" in lines[0]), proc.stderr
+    if command == "monitor --out" and trouble == "full":
+        before = sorted([*before, "out.json"])  # its log, opened to append: empty
+        assert (small_filesystem / "out.json").stat().st_size == 0
+    assert left == before
 
 
 LEAVER = """
