@@ -23,6 +23,7 @@ from pyinit.errors import (
     printable,
 )
 from pyinit.extras import EXTRAS, MissingExtra, require
+from pyinit.termination import Terminated
 
 if TYPE_CHECKING:
     from pyinit.nvml import NvmlBackend
@@ -214,6 +215,10 @@ def main(argv: list[str] | None = None) -> int:
 
         early_nvml.begin_driver_init()
     try:
+        if _first_word(argv, COMMANDS) not in OWN_SIGNALS:
+            from pyinit.termination import end_on_signals
+
+            end_on_signals()
         parser, command = build_parser(argv)
         args, unknown = parser.parse_known_args(argv)
         if unknown:  # said by the command's parser, so its usage and exit status
@@ -229,6 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("pyinit: interrupted", file=sys.stderr)
         return 130
+    except Terminated as e:  # its cleanup has run; run_cli ends the process by the signal
+        print(f"pyinit: {e}", file=sys.stderr)
+        raise
     except BrokenPipeError:
         # The reader left (`pyinit topo | head`); silence the flush at exit too.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -254,6 +262,10 @@ def main(argv: list[str] | None = None) -> int:
 # seconds, `pyinit nccl` and `pyinit topo` in a job's prolog) that leave nothing
 # to tear down when they return: they end without Python unwinding every module.
 ENDS_AT_ONCE = frozenset({"check", "nccl", "topo"})
+# The commands that take SIGTERM and SIGHUP themselves: run's supervisor
+# forwards them to the workers, a warm interpreter serves through them. Every
+# other command ends on them with its cleanup done (pyinit.termination).
+OWN_SIGNALS = frozenset({"run", "warm"})
 
 
 def _fill_closed_stdio() -> None:
@@ -288,6 +300,11 @@ def run_cli() -> int:
 
             exit_now(status)
         return status
+    except Terminated as e:
+        from pyinit.process_end import flush_stdio
+
+        flush_stdio()
+        e.end_by_it()
     except Exception:
         import traceback  # a bug's path alone: not every command's start
 

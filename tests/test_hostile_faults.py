@@ -1,15 +1,18 @@
 """The second hostile sweep's fault cases, beside test_hostile.py's table:
 crashes (a deep host list, a file shrinking under the page-cache reader, a
 background save never waited for, a full disk under the run folder, a file
-the user named on a full or read-only filesystem, a writer shared by threads), silent losses, injections into nccl.env, and verdicts a
-hostile peer or log could once turn. Each asserts the exit status, the one
-line, no traceback, nothing half-written and nothing left running."""
+the user named on a full or read-only filesystem, a writer shared by
+threads, a benchmark stopped by a plain kill), silent losses, injections
+into nccl.env, and verdicts a hostile peer or log could once turn. Each
+asserts the exit status, the one line, no traceback, nothing half-written
+and nothing left running."""
 
 from __future__ import annotations
 
 import errno
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -290,6 +293,61 @@ def test_a_file_that_cannot_be_written_is_named_and_left_out(
         before = sorted([*before, "out.json"])  # its log, opened to append: empty
         assert (small_filesystem / "out.json").stat().st_size == 0
     assert left == before
+
+
+# Commands that start processes or attach devices, stopped by a plain `kill`
+# (SIGTERM to the command alone, as a scheduler's cancel or systemd's stop
+# may send it) once what they start is up: (argv, when it is up).
+STOPPED = {
+    "bench checkpoint --dcp": (
+        ["bench", "checkpoint", "--dir", "{dir}", "--size", "2G", "--rounds", "20",
+         "--device", "cpu", "--no-files", "--dcp", "--ranks", "2"],
+        lambda pid, folder: len(children_of(pid)) >= 2 and any(folder.iterdir())),
+    "bench allreduce (torchrun)": (
+        ["bench", "allreduce", "--nproc", "2", "-b", "64M", "-e", "64M", "--iters", "100000",
+         "--out", "{dir}"],
+        lambda pid, folder: len(children_of(pid)) >= 3),  # torchrun and its two workers
+    "bench io --loop": (
+        ["bench", "io", "--loop", "256M", "--loop-dir", "{dir}", "--no-fio", "--runtime", "5",
+         "--rounds", "3"],
+        lambda pid, folder: str(folder) in loop_backing_files()),
+}  # fmt: skip
+
+
+def loop_backing_files() -> str:
+    return subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.parametrize("command", STOPPED)
+def test_a_stopped_command_ends_what_it_started_and_removes_its_files(
+    command, pyinit_bin, tmp_path
+):
+    argv, up = STOPPED[command]
+    folder = tmp_path / "work"
+    folder.mkdir()
+    proc = subprocess.Popen([pyinit_bin, *(w.format(dir=folder) for w in argv)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not up(proc.pid, folder):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.1)
+    started = children_of(proc.pid)
+    proc.terminate()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGTERM, err  # ended by the signal it was sent
+    assert one_clean_line(proc_result(proc, err)).strip().splitlines()[-1] == (
+        "pyinit: stopped by SIGTERM"), err  # fmt: skip
+    alive = {p for p in started if Path(f"/proc/{p}").exists() and not zombie(p)}
+    assert not alive, f"still running after pyinit ended: {alive}"
+    assert str(folder) not in loop_backing_files()
+    assert [p.name for p in folder.iterdir() if p.suffix != ".png"] == []
+
+
+def proc_result(proc: subprocess.Popen, err: str) -> subprocess.CompletedProcess:
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "", err)
 
 
 LEAVER = """

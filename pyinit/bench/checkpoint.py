@@ -43,7 +43,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from pyinit import argtypes
 from pyinit.bench.io import best_sequential_read, check_room, drop_caches
@@ -51,6 +51,7 @@ from pyinit.errors import InputError
 from pyinit.extras import note_missing, require
 from pyinit.jsonfile import write_json
 from pyinit.plotting import human_bytes, pyplot, save_figure
+from pyinit.termination import held_back, stopped_on_error
 
 if TYPE_CHECKING:
     import torch
@@ -514,31 +515,36 @@ def bench_dcp(args: argparse.Namespace, folder: Path, size: int) -> tuple[list[d
         port = s.getsockname()[1]
     command = [sys.executable, "-m", "pyinit.bench.checkpoint", "--dcp-rank", str(folder),
                str(size), str(args.rounds), args.device]  # fmt: skip
-    procs = []
+    started: list[subprocess.Popen] = []
+    said: list[IO[str]] = []
     # Each rank's stderr in a file, not a pipe: a rank blocked writing to a full
     # pipe while another waits for it at a barrier would hang both.
     with contextlib.ExitStack() as files:
-        for rank in range(args.ranks):
-            env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                       RANK=str(rank), LOCAL_RANK=str(rank),
-                       WORLD_SIZE=str(args.ranks))  # fmt: skip
-            if args.ranks == 1:
-                env.pop("WORLD_SIZE")
-            said = files.enter_context(tempfile.TemporaryFile("w+"))
-            # From the folder: a checkout in the working directory cannot shadow the package.
-            procs.append((subprocess.Popen(command, env=env, cwd=folder, stdout=subprocess.PIPE,
-                                           stderr=said, text=True), said))  # fmt: skip
         try:
-            outputs = [proc.communicate()[0] for proc, _ in procs]
+            with stopped_on_error(started):
+                for rank in range(args.ranks):
+                    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                               RANK=str(rank), LOCAL_RANK=str(rank),
+                               WORLD_SIZE=str(args.ranks))  # fmt: skip
+                    if args.ranks == 1:
+                        env.pop("WORLD_SIZE")
+                    said.append(files.enter_context(tempfile.TemporaryFile("w+")))
+                    # From the folder: a checkout in the working directory cannot shadow
+                    # the package.
+                    with held_back():
+                        started.append(subprocess.Popen(command, env=env, cwd=folder,
+                                                        stdout=subprocess.PIPE, stderr=said[-1],
+                                                        text=True))  # fmt: skip
+                outputs = [proc.communicate()[0] for proc in started]
         finally:  # a rank that failed left its checkpoint behind, or its staging folder
             for kind in ("pyinit", "torch"):
                 path = folder / f"pyinit-bench-dcp-{kind}"
                 for left in (path, Path(staging_folder(str(path)))):
                     shutil.rmtree(left, ignore_errors=True)
-        for proc, said in procs:
+        for proc, errors in zip(started, said, strict=True):
             if proc.returncode:  # its traceback's last line says what failed (a full disk, ...)
-                said.seek(0)
-                lines = said.read().strip().splitlines()
+                errors.seek(0)
+                lines = errors.read().strip().splitlines()
                 raise OSError(None, f"a DCP rank exited with {proc.returncode}" +
                               (f": {lines[-1]}" if lines else ""), str(folder))  # fmt: skip
     document = json.loads(outputs[0].strip().splitlines()[-1])

@@ -27,7 +27,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,12 +35,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyinit import argtypes
+from pyinit import argtypes, torchrun
 from pyinit.errors import InputError
 from pyinit.extras import note_missing, require
 from pyinit.jsonfile import write_json
 from pyinit.nccl.timing import MULTICAST_OFF, cuda_seconds, nccl_tests_sizes
 from pyinit.plotting import bytes_axis, human_bytes, pyplot, save_figure
+from pyinit.termination import run_child
 
 # nccl-tests' -d names and their element sizes; torch's dtype by the same name.
 DATATYPES = {
@@ -509,15 +509,15 @@ def main(args: argparse.Namespace) -> int:
     rows_file = out / f".{command}-rows.json"
     # torchrun's log folder, which it would otherwise leave in /tmp
     with tempfile.TemporaryDirectory(prefix="pyinit-bench-") as logs:
-        worker_command = [
-            sys.executable, "-m", "torch.distributed.run", "--standalone", "--log-dir", logs,
+        worker_command = torchrun.command([
+            "--standalone", "--log-dir", logs,
             "--nproc-per-node", str(args.ngpus), "--no-python", sys.executable, "-P",
             "-m", "pyinit.bench.collectives", collective.name,
             "--sizes", ",".join(map(str, sizes)), "-d", args.datatype, "-o", op, "-r", str(root),
             "--iterations", str(args.iters), "--warmup", str(args.warmup_iters),
             "--out", str(rows_file), "--progress", "--rounds", str(args.rounds), *tuning,
-        ]  # fmt: skip
-        workers = subprocess.run(worker_command, env=env)
+        ])  # fmt: skip
+        workers = run_child(worker_command, env=env)
     if workers.returncode != 0:
         print(f"pyinit bench {command}: the workers failed (torchrun exited with "
               f"{workers.returncode}); see the lines above", file=sys.stderr)  # fmt: skip

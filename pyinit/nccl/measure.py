@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pyinit import argtypes
+from pyinit import argtypes, torchrun
 from pyinit.jsonfile import load_json, write_json
 from pyinit.nccl.timing import MULTICAST_OFF, cuda_seconds, nccl_tests_sizes
 from pyinit.nccl.tuning import (
@@ -41,6 +41,7 @@ from pyinit.nccl.tuning import (
     measured_gain,
     plugin_path,
 )
+from pyinit.termination import run_child
 
 # Per-call pairs worth timing on NVLink nodes (CollNet and NVLS need hardware
 # these nodes do not expose with multicast off; PAT is for one GPU per node).
@@ -290,18 +291,18 @@ def run(gpus: int, *, collectives: list[str], budget: float, min_bytes: int, max
     with tempfile.TemporaryDirectory(prefix="pyinit-tune-") as folder:
         out = os.path.join(folder, "timings.json")
         log = os.path.join(folder, "ranks.log")
-        command = [
+        command = torchrun.command([
             # --log-dir: torchrun's default is a new /tmp folder that outlives it
-            sys.executable, "-m", "torch.distributed.run", "--standalone",
+            "--standalone",
             "--log-dir", os.path.join(folder, "torchrun"),
             "--nproc-per-node", str(gpus), "--no-python", sys.executable, "-P",
             "-m", "pyinit.nccl.measure", "--collectives", ",".join(collectives),
             "--min-bytes", str(min_bytes), "--max-bytes", str(max_bytes),
             "--bounds", ",".join(map(str, bounds)), "--rounds", str(rounds),
             "--budget", str(budget), "--out", out,
-        ]  # fmt: skip
+        ])  # fmt: skip
         with open(log, "wb") as output:
-            ranks = subprocess.run(command, env=env, stdout=output, stderr=subprocess.STDOUT)
+            ranks = run_child(command, env=env, stdout=output, stderr=subprocess.STDOUT)
         if ranks.returncode != 0 or not os.path.exists(out):
             raise MeasurementFailed(f"the measuring ranks failed (torchrun exited with "
                                     f"{ranks.returncode}): {_first_error(log)}")  # fmt: skip
