@@ -542,7 +542,16 @@ def test_the_first_launch_leaves_a_warm_interpreter_and_says_so_once(tmp_path):
         assert not [e for e in events(tmp_path / "second") if e["event"] == "warm_started"]
         assert warm_pid(env) == pid
         assert losses(tmp_path / "first") == losses(tmp_path / "second")
-        # Between launches it imports the compile set, step by step, every step found.
+        # Eager launches alone: the compile set waits for a worker's first compile.
+        status = warm_status(env)
+        assert status["compile_preloads_pending"] == len(COMPILE_PRELOAD_STEPS), status
+        assert status["compile_preloads_wait_for_a_compile"] is True
+        compiles = run(env, tmp_path / "compiles", script_args=("--compile-once",))
+        assert compiles.returncode == 0, compiles.stderr[-3000:]
+        assert warm_event(tmp_path / "compiles")["used"] is True
+        assert losses(tmp_path / "compiles") == losses(tmp_path / "first")
+        # Then it imports the compile set, step by step, every step found.
+        assert warm_status(env)["compile_preloads_wait_for_a_compile"] is False
         deadline = time.monotonic() + 240
         while warm_status(env)["compile_preloads_pending"] and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -575,14 +584,15 @@ def test_the_first_launch_leaves_a_warm_interpreter_and_says_so_once(tmp_path):
 
 def test_a_launch_while_the_compile_set_imports_does_not_wait_for_it(tmp_path):
     """The warm interpreter a run left imports the compile set beside its
-    loop: a launch that comes while a step is under way (networkx, held here
-    until the test lets it go, or for 300 s: longer than a run may take here,
-    however loaded the machine) is handed to the keeper forked before the
-    step began, and runs to its end meanwhile."""
+    loop once a launch has compiled: a launch that comes while a step is
+    under way (jinja2, the second, held here until the test lets it go, or
+    for 300 s: longer than a run may take here, however loaded the machine;
+    the first, networkx, a compile imports itself) is handed to the keeper
+    forked before the step began, and runs to its end meanwhile."""
     fakes = tmp_path / "fakes"
-    (fakes / "networkx").mkdir(parents=True)
+    (fakes / "jinja2").mkdir(parents=True)
     began, release = tmp_path / "import-began", tmp_path / "release"
-    (fakes / "networkx" / "__init__.py").write_text(
+    (fakes / "jinja2" / "__init__.py").write_text(
         f"import os, time\nopen({str(began)!r}, 'w').close()\ndeadline = time.monotonic() + 300\n"
         f"while not os.path.exists({str(release)!r}) and time.monotonic() < deadline:\n"
         "    time.sleep(0.05)\n"
@@ -591,7 +601,7 @@ def test_a_launch_while_the_compile_set_imports_does_not_wait_for_it(tmp_path):
     folder.mkdir(mode=0o700)
     env = folder_env(folder, PYTHONPATH=str(fakes))
     try:
-        first = run(env, tmp_path / "first")
+        first = run(env, tmp_path / "first", script_args=("--compile-once",))
         assert first.returncode == 0, first.stderr[-3000:]
         deadline = time.monotonic() + 120
         while not began.exists() and time.monotonic() < deadline:
@@ -601,9 +611,10 @@ def test_a_launch_while_the_compile_set_imports_does_not_wait_for_it(tmp_path):
         assert second.returncode == 0, second.stderr[-3000:]
         assert warm_event(tmp_path / "second")["used"] is True
         assert not release.exists()
-        # Still under way: not one step of the compile set has been taken in.
+        # Still under way: no step of the compile set after the first taken in.
         status = warm_status(env)
-        assert status["compile_preloads_pending"] == len(COMPILE_PRELOAD_STEPS)
+        assert COMPILE_PRELOAD_STEPS[1] == "jinja2"
+        assert status["compile_preloads_pending"] == len(COMPILE_PRELOAD_STEPS) - 1
         # Its thread blocks what the loop waits for: a signal to the process reaches the loop.
         blocked = {int(task.name): int(next(line.split()[1] for line in
                                             (task / "status").read_text().splitlines()

@@ -434,7 +434,7 @@ def _start_warm(config: RunConfig, log: EventLog, out: IO[str]) -> None:
             return
         # pyinit run's own environment: the run's additions are per launch.
         code, said = client.start(config.preloads, protocol.DEFAULT_IDLE_TIMEOUT_S,
-                                  wait_ready=False, defer_compile=True)  # fmt: skip
+                                  wait_ready=False, until_compiled=True)  # fmt: skip
         if code:
             print(f"pyinit run: no warm interpreter for the next launch: {said}", file=out)
             return

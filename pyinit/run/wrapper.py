@@ -43,6 +43,7 @@ from pyinit import _native
 from pyinit.jsonfile import write_json
 from pyinit.phases import install as install_phases
 from pyinit.phases import phase
+from pyinit.run import compiled_flag
 from pyinit.run.agent import COMPILED_MARK, TERMINAL_FD_ENV
 from pyinit.run.compiles import (
     COMPILE_CACHE_ENV,
@@ -149,6 +150,7 @@ class Marks:
         def first_compile() -> None:
             self.wait_for_patterns()
             _touch(compiled)
+            compiled_flag.note()
 
         self.compiles = CompileMarks(self.log_phase, self.log_event,
                                      on_first_compile=first_compile,

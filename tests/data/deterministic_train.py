@@ -3,7 +3,8 @@ the same seed, data and order every time, each step's loss printed exactly
 (float.hex) to OUT/losses-rankN.txt, and the intra-op thread count the
 rank started with to OUT/threads-rankN.txt. With --kill-at N, rank 1 of the
 first attempt KILLs itself after step N (the restart tests); later attempts
-run to the end."""
+run to the end. With --compile-once, it first compiles a small function
+(dynamo alone, no code generated): a launch that compiles, same losses."""
 
 import argparse
 import os
@@ -18,7 +19,10 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=6)
 parser.add_argument("--kill-at", type=int, default=0)
 parser.add_argument("--out", default=".", help="a folder for each rank's losses-rankN.txt")
+parser.add_argument("--compile-once", action="store_true")
 args = parser.parse_args()
+if args.compile_once:
+    assert torch.compile(lambda x: x * 2 + 1, backend="eager")(torch.ones(2)).tolist() == [3, 3]
 threads_at_start = torch.get_num_threads()
 torch.manual_seed(0)
 torch.use_deterministic_algorithms(True)

@@ -261,21 +261,24 @@ def relay(launch: WarmLaunch, signals: Sequence[int], on_signal: Callable[[int],
 
 def start(preloads: Sequence[str], idle_timeout: float, wait_ready: bool,
           environ: Mapping[str, str] = os.environ,
-          defer_compile: bool = False) -> tuple[int, str]:  # fmt: skip
+          defer_compile: bool = False,
+          until_compiled: bool = False) -> tuple[int, str]:  # fmt: skip
     """Starts a warm interpreter in a session of its own, with this
     environment, not as a child of this process (it detaches), and waits
     until its socket is bound (a launch then waits for its imports rather
     than starting cold). With `wait_ready`, until it has imported too:
     (0, "ready PID SECONDS"), or (1, its one-line error). With
     `defer_compile`, what only compiled scripts need is imported after the
-    first launch is served (a run starting one for itself)."""
+    first launch is served (PID 1's); with `until_compiled`, only once a
+    worker forked from it has compiled (a run starting one for itself)."""
     folder = protocol.checked_folder(protocol.folder(environ), create=True)
     assert folder is not None
     read_fd, write_fd = os.pipe()
     command = [sys.executable, "-P", "-m", "pyinit.run.warm.server",
                "--preload", ",".join(preloads), "--idle-timeout", str(idle_timeout),
                "--ready-fd", str(write_fd), "--detach",
-               *(["--defer-compile-preloads"] if defer_compile else [])]  # fmt: skip
+               *(["--defer-compile-preloads"] if defer_compile else []),
+               *(["--compile-preloads-once-compiled"] if until_compiled else [])]  # fmt: skip
     with open(folder / protocol.LOG_NAME, "ab") as log:
         subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                          start_new_session=True, pass_fds=(write_fd,),

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyinit import _native, bytecode
+from pyinit.run import compiled_flag
 from pyinit.run.agent import AGENT_ENV_DEFAULTS
 from pyinit.run.preload import (
     COMPILE_PRELOAD_STEPS,
@@ -55,11 +56,17 @@ class Warm:
     """The warm interpreter's state: what it imported, from which files,
     how it compares, what it has served."""
 
-    def __init__(self, preloads: tuple[str, ...], idle_timeout: float, defer_compile: bool):
+    def __init__(self, preloads: tuple[str, ...], idle_timeout: float, defer_compile: bool,
+                 until_compiled: bool = False):  # fmt: skip
         self.preloads = tuple(dict.fromkeys((*DEFAULT_PRELOADS, *preloads)))
-        # Imported after the first launch is served, one per idle turn of the loop,
-        # when a run started this interpreter for itself (it waits for the rest).
-        self.deferred = list(COMPILE_PRELOAD_STEPS) if defer_compile else []
+        # Imported after the first launch is served, a step at a time beside the
+        # loop, when started with a launch right behind (PID 1's, or a run's for
+        # itself): a plain `pyinit warm start` waits for the rest.
+        self.deferred = list(COMPILE_PRELOAD_STEPS) if defer_compile or until_compiled else []
+        # A run's own interpreter begins them only once a worker has compiled.
+        self.until_compiled = until_compiled
+        if until_compiled:
+            compiled_flag.share()
         self.idle_timeout = idle_timeout
         self.started = time.time()
         self.launches = 0
@@ -92,6 +99,11 @@ class Warm:
                 import_compile_set()
         self._imported(seen)
         self.imported = (self.imported[0], boottime())
+
+    def compile_set_wanted(self) -> bool:
+        """Whether the deferred compile set may be imported now: at once,
+        unless this interpreter waits for a worker it forked to compile first."""
+        return not self.until_compiled or compiled_flag.seen()
 
     def begin_import(self) -> None:
         """The next deferred preload imported in a thread (``deferred``),
@@ -167,6 +179,8 @@ class Warm:
                 "running": len(self.keepers), "idle_timeout_s": self.idle_timeout,
                 # The step being imported is pending until it has ended.
                 "compile_preloads_pending": len(self.deferred) + (self.importing is not None),
+                "compile_preloads_wait_for_a_compile": bool(self.deferred)
+                and not self.compile_set_wanted(),
                 "cpu_probe_running": self.cpu_probe is not None, **memory}  # fmt: skip
 
 

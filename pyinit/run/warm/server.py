@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import math
 import os
 import resource
 import select
@@ -42,6 +43,10 @@ from pyinit.run.warm import cpu_probe, protocol
 from pyinit.run.warm.intake import REPLY_TIMEOUT_S, Intake
 from pyinit.run.warm.interpreter import Spare, Warm, say
 from pyinit.run.warm.keeper import WAITED, keep, reaped
+
+# How often the loop looks for a worker's first compile while a launch runs,
+# when it waits for one before importing the compile set (pyinit.run.compiled_flag).
+COMPILE_SEEN_POLL_S = 0.25
 
 
 def bind(path: Path) -> socket.socket:
@@ -100,6 +105,9 @@ def serve(warm: Warm, listener: socket.socket, path: Path) -> None:
                 say(f"idle for {warm.idle_timeout:g} s (--idle-timeout): ending")
                 warm.end_import()
                 return
+        if warm.keepers and warm.deferred and not warm.compile_set_wanted():
+            # A worker that compiles says so through shared memory, not a wakeup.
+            timeout = min(COMPILE_SEEN_POLL_S, timeout if timeout is not None else math.inf)
         watched = [channels.wakeup.read_fd]
         if warm.importing is not None:
             watched.append(warm.importing.done_fd)
@@ -127,7 +135,7 @@ def serve(warm: Warm, listener: socket.socket, path: Path) -> None:
         if warm.importing is not None and warm.importing.done_fd in ready and not stopping:
             stopping = _take_step(warm, channels)
         if not stopping and warm.deferred and warm.importing is None \
-                and not channels.intake.pending:  # fmt: skip
+                and not channels.intake.pending and warm.compile_set_wanted():  # fmt: skip
             if warm.spare is None:  # forked before the thread starts: it serves meanwhile
                 warm.spare = fork_spare(warm, channels)
             warm.begin_import()
@@ -312,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-fd", type=int, default=-1)
     parser.add_argument("--detach", action="store_true")
     parser.add_argument("--defer-compile-preloads", action="store_true")
+    parser.add_argument("--compile-preloads-once-compiled", action="store_true")
     args = parser.parse_args(argv)
     if args.detach and os.fork() > 0:
         # The starter reaps this parent at once; the server is then nobody's child
@@ -327,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
                 ready.flush()
 
     set_agent_defaults()  # it imports as an agent: torch's CUDA check asks NVML
-    warm = Warm(parse(args.preload), args.idle_timeout, args.defer_compile_preloads)
+    warm = Warm(parse(args.preload), args.idle_timeout, args.defer_compile_preloads,
+                args.compile_preloads_once_compiled)  # fmt: skip
     try:
         path = protocol.checked_folder(protocol.folder(), create=True) / protocol.SOCKET_NAME
         listener = bind(path)
