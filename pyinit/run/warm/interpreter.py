@@ -80,6 +80,9 @@ class Warm:
         self.imported = (process_start(), 0.0)  # CLOCK_BOOTTIME: the start, and ready
         self.filler: subprocess.Popen[bytes] | None = None  # pyinit.bytecode's, after the imports
         self.cpu_probe: CpuProbe | None = None  # after the deferred preloads (cpu_probe)
+        self.probe_begun = False
+        # A probe that ended while the compile set was still coming: its wait status.
+        self.probe_ended: int | None = None
         self.importing: StepImport | None = None  # a deferred preload's thread (deferred)
 
     def drop_spare(self) -> None:

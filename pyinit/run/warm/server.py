@@ -138,6 +138,10 @@ def serve(warm: Warm, listener: socket.socket, path: Path) -> None:
                 and not channels.intake.pending and warm.compile_set_wanted():  # fmt: skip
             if warm.spare is None:  # forked before the thread starts: it serves meanwhile
                 warm.spare = fork_spare(warm, channels)
+            if warm.until_compiled and not warm.probe_begun:
+                # A launch compiles now: the next may too, so the CPU probe runs
+                # beside the imports, forked before their thread starts.
+                _begin_probe(warm, channels, beside_a_compile=True)
             warm.begin_import()
         if stopping:
             warm.end_import()
@@ -161,8 +165,29 @@ def _take_step(warm: Warm, channels: Channels) -> bool:
         return True
     if not warm.deferred:
         warm.drop_spare()  # forked before the compile set: the next one has it
-        warm.cpu_probe = cpu_probe.start(channels.close_in_fork)
+        if not warm.probe_begun:
+            _begin_probe(warm, channels)
+        elif warm.probe_ended is not None:
+            _take_probe(warm, warm.probe_ended)
     return False
+
+
+def _begin_probe(warm: Warm, channels: Channels, beside_a_compile: bool = False) -> None:
+    warm.cpu_probe = cpu_probe.start(channels.close_in_fork, beside_a_compile)
+    warm.probe_begun = True
+
+
+def _take_probe(warm: Warm, status: int) -> None:
+    """The ended probe's verdicts taken in (its wait `status`); a spare
+    forked before them is replaced by one that has them."""
+    assert warm.cpu_probe is not None
+    problem = cpu_probe.finish(warm.cpu_probe, status)
+    warm.cpu_probe = None
+    warm.probe_ended = None
+    if problem:
+        say(problem)
+    else:
+        warm.drop_spare()
 
 
 def _poll(fds: list[int], timeout: float | None) -> set[int]:
@@ -185,12 +210,12 @@ def _reap(warm: Warm) -> None:
     for pid, status in reaped():
         warm.keepers.discard(pid)
         if warm.cpu_probe is not None and warm.cpu_probe.pid == pid:
-            problem = cpu_probe.finish(warm.cpu_probe, status)
-            warm.cpu_probe = None
-            if problem:
-                say(problem)
+            if warm.deferred or warm.importing is not None:
+                # Its verdicts go into inductor's caches, imported with the set:
+                # taken once the set is in (_take_step).
+                warm.probe_ended = status
             else:
-                warm.drop_spare()  # forked before the verdicts: the next one has them
+                _take_probe(warm, status)
         if warm.spare is not None and warm.spare.pid == pid:  # it died waiting
             warm.drop_spare()
 
