@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import json
 import math
 import os
@@ -25,6 +26,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -405,6 +407,59 @@ class Monitor:
                 "gpu_unavailable": self.gpus.unavailable}  # fmt: skip
 
 
+class JsonLines:
+    """--out: one sample a line, appended whole or not at all. A line that
+    the disk takes only part of (it filled up) is cut off again, so that a
+    reader of the file never meets half a line."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+
+    def append(self, line: str) -> None:
+        data = (line + "\n").encode()
+        size = os.fstat(self.fd).st_size
+        try:
+            if os.write(self.fd, data) != len(data):  # the rest would fail: no room
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, size)
+            raise OSError(e.errno, e.strerror, self.path) from e
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class Outputs:
+    """The files the monitor writes each sample to (--out, --textfile). One
+    that fails (a full disk) is said once, and the monitor goes on sampling,
+    alerting and serving: those matter most when a disk fills. Said again
+    once the file takes samples again. With --once, the one sample not
+    written is the command's failure."""
+
+    def __init__(self, once: bool):
+        self.once = once
+        self.lost: dict[str, int] = {}  # failing file: samples not written there
+
+    def write(self, path: str, write: Callable[..., None], *args: Any) -> None:
+        try:
+            write(*args)
+        except OSError as e:
+            if self.once:
+                raise OSError(e.errno, e.strerror, path) from e
+            if path not in self.lost:
+                print(f"pyinit monitor: {path}: {e.strerror or e}; samples are not written "
+                      "there until it takes them again", file=sys.stderr)  # fmt: skip
+                self.lost[path] = 0
+            self.lost[path] += 1
+            return
+        lost = self.lost.pop(path, 0)
+        if lost:
+            print(f"pyinit monitor: {path}: written again ({lost} sample"
+                  f"{'s were' if lost > 1 else ' was'} not)", file=sys.stderr)  # fmt: skip
+
+
 class LiveTable:
     """What plain `pyinit monitor` prints, in the manner of `nvidia-smi dmon`:
     a line per GPU and per block device each sample, a header every
@@ -481,7 +536,8 @@ def watch(args: Any, nvml_backend: Any = None, out: IO[str] | None = None) -> in
     metrics = Metrics() if (args.prometheus or args.textfile) else None
     server = metrics.serve(args.prometheus) if metrics and args.prometheus else None
     webhook = Webhook(args.webhook, headers, sys.stderr) if args.webhook else None
-    sink = open(args.out, "a", encoding="utf-8") if args.out else out  # noqa: SIM115
+    lines = JsonLines(args.out) if args.out else None
+    outputs = Outputs(args.once)
     # With no machine output asked for, a person is watching: the live table.
     exporting = args.json or args.out or args.prometheus or args.textfile or args.webhook
     table = LiveTable(out) if not exporting else None
@@ -494,20 +550,17 @@ def watch(args: Any, nvml_backend: Any = None, out: IO[str] | None = None) -> in
             changes = monitor.alerts.update(sample, now)
             firing = monitor.alerts.firing()
             sample["alerts_firing"] = [{"alertname": a.name, **a.labels} for a in firing]
-            if args.json or args.out:
-                try:
-                    sink.write(json.dumps(sample) + "\n")
-                    sink.flush()
-                except OSError as e:  # a full disk: a buffered write's error names no file
-                    if sink is out:
-                        raise
-                    raise OSError(e.errno, e.strerror, args.out) from e
+            if lines is not None:
+                outputs.write(lines.path, lines.append, json.dumps(sample))
+            elif args.json:
+                out.write(json.dumps(sample) + "\n")
+                out.flush()
             if table is not None:
                 table.write(sample)
             if metrics:
                 metrics.update(sample, firing)
                 if args.textfile:
-                    metrics.write_textfile(args.textfile)
+                    outputs.write(args.textfile, metrics.write_textfile, args.textfile)
             for status, alert in changes:
                 if webhook:
                     webhook.send(alertmanager_payload(status, alert, monitor.alerts.instance,
@@ -517,11 +570,8 @@ def watch(args: Any, nvml_backend: Any = None, out: IO[str] | None = None) -> in
                 return 0
             time.sleep(args.interval)
     finally:
-        if sink is not out:
-            # Each line was flushed as written: a close has nothing left to
-            # write but the line that already failed, said above.
-            with contextlib.suppress(OSError):
-                sink.close()
+        if lines is not None:
+            lines.close()
         if server is not None:
             server.shutdown()
             server.server_close()

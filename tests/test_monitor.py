@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import http.server
 import json
+import re
 import socket
 import subprocess
 import threading
@@ -216,3 +217,52 @@ def test_alertmanager_times_are_wall_clock():
     [(status, alert)] = engine.update(sample, 5.0)  # a monotonic clock reading, as in main()
     entry = alertmanager_payload(status, alert, "node", time.time())["alerts"][0]
     assert entry["startsAt"][:4] == time.strftime("%Y", time.gmtime())  # not 1970
+
+
+def test_a_line_the_disk_takes_only_part_of_is_cut_off_again(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from pyinit import monitor
+
+    path = tmp_path / "samples.jsonl"
+    lines = monitor.JsonLines(str(path))
+    lines.append('{"sample": 1}')
+    write = os.write
+    # A full disk in the middle of the line: write(2) takes what fits and says so.
+    monkeypatch.setattr(monitor.os, "write", lambda fd, data: write(fd, data[:5]))
+    with pytest.raises(OSError) as failed:
+        lines.append('{"sample": 2}')
+    assert failed.value.errno == errno.ENOSPC and failed.value.filename == str(path)
+    monkeypatch.setattr(monitor.os, "write", write)
+    lines.append('{"sample": 3}')
+    lines.close()
+    assert path.read_text() == '{"sample": 1}\n{"sample": 3}\n'
+
+
+@pytest.mark.root
+def test_a_full_disk_under_out_is_said_once_and_the_monitor_goes_on(tmp_path, pyinit_bin):
+    import time
+
+    from conftest import fill, loop_filesystem
+
+    with loop_filesystem(tmp_path, 16) as mount:
+        fill(mount)
+        out = mount / "samples.jsonl"
+        proc = subprocess.Popen([pyinit_bin, "monitor", "--interval", "0.1", "--count", "100",
+                                 "--out", out], stderr=subprocess.PIPE, text=True)  # fmt: skip
+        deadline = time.monotonic() + 60
+        said = proc.stderr.readline()
+        while "samples are not written there" not in said and time.monotonic() < deadline:
+            said = proc.stderr.readline()
+        assert said == (f"pyinit monitor: {out}: No space left on device; samples are not "
+                        "written there until it takes them again\n")  # fmt: skip
+        (mount / "filler").unlink()  # room again: the monitor writes there again, and says so
+        rest = proc.communicate(timeout=60)[1]
+        assert proc.returncode == 0, rest
+        again = re.fullmatch(rf"pyinit monitor: {out}: written again \((\d+) samples? w[a-z]+ "
+                             r"not\)\n", rest)  # fmt: skip
+        assert again, rest
+        samples = [json.loads(line) for line in out.read_text().splitlines()]
+        lost = int(again.group(1))
+        assert len(samples) + lost == 100 and samples
