@@ -23,7 +23,7 @@ from pyinit.errors import (
     printable,
 )
 from pyinit.extras import EXTRAS, MissingExtra, require
-from pyinit.termination import Terminated
+from pyinit.termination import Terminated, end_on_signals
 
 if TYPE_CHECKING:
     from pyinit.nvml import NvmlBackend
@@ -205,19 +205,18 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     # The two commands whose every run reads NVML (the run's preflight): its
     # driver's start overlaps their imports and parsing.
+    word = _first_word(argv, COMMANDS)
     early_nvml = None
     if (
         nvml_backend is None
-        and _first_word(argv, COMMANDS) in ("check", "run")
+        and word in ("check", "run")
         and not any(a.startswith("--nvml-replay") for a in argv)
     ):
         from pyinit import nvml as early_nvml
 
         early_nvml.begin_driver_init()
     try:
-        if _first_word(argv, COMMANDS) not in OWN_SIGNALS:
-            from pyinit.termination import end_on_signals
-
+        if word not in OWN_SIGNALS:
             end_on_signals()
         parser, command = build_parser(argv)
         args, unknown = parser.parse_known_args(argv)

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from pyinit import argtypes
-from pyinit.bench.io import best_sequential_read, check_room, drop_caches
+from pyinit.bench.io import best_sequential_read, check_room, drop_caches, exited
 from pyinit.errors import InputError
 from pyinit.extras import note_missing, require
 from pyinit.jsonfile import write_json
@@ -163,9 +163,7 @@ def another_tool(tool: str, path: Path) -> Iterator[None]:
     except OSError:
         raise
     except subprocess.CalledProcessError as e:
-        said = (e.stderr or "").strip().splitlines()
-        raise OSError(None, f"{tool} exited with {e.returncode}" +
-                      (f": {said[-1]}" if said else ""), str(path)) from e  # fmt: skip
+        raise exited(tool, e.returncode, e.stderr or "", path) from e
     except Exception as e:
         said = str(e).strip().splitlines()
         raise OSError(None, f"{tool} failed: {said[0] if said else type(e).__name__}",
@@ -544,9 +542,7 @@ def bench_dcp(args: argparse.Namespace, folder: Path, size: int) -> tuple[list[d
         for proc, errors in zip(started, said, strict=True):
             if proc.returncode:  # its traceback's last line says what failed (a full disk, ...)
                 errors.seek(0)
-                lines = errors.read().strip().splitlines()
-                raise OSError(None, f"a DCP rank exited with {proc.returncode}" +
-                              (f": {lines[-1]}" if lines else ""), str(folder))  # fmt: skip
+                raise exited("a DCP rank", proc.returncode, errors.read(), folder)
     document = json.loads(outputs[0].strip().splitlines()[-1])
     for row in document["results"]:
         row["gb_s"] = document["bytes"] / row["seconds"] / 1e9

@@ -133,6 +133,14 @@ def check_room(folder: Path, need: int) -> None:
                       f"and {human_bytes(free)} is free", str(folder))  # fmt: skip
 
 
+def exited(tool: str, code: int, said: str, path: str | Path) -> OSError:
+    """Another project's tool that exited with `code`, as an OSError naming
+    `path`, with the last line it wrote to stderr (`said`): one line to say."""
+    lines = said.strip().splitlines()
+    return OSError(None, f"{tool} exited with {code}" + (f": {lines[-1]}" if lines else ""),
+                   str(path))  # fmt: skip
+
+
 @contextlib.contextmanager
 def loop_device(size: int, folder: str | None) -> Iterator[str]:
     """A loop device (direct IO on) over a new file filled with random bytes,
@@ -165,9 +173,7 @@ def loop_device_over(image: Path) -> Iterator[str]:
         capture_output=True, text=True,
     )  # fmt: skip
     if attached.returncode:  # no loop device free, or none in this container
-        said = attached.stderr.strip().splitlines()
-        raise OSError(None, f"losetup exited with {attached.returncode}" +
-                      (f": {said[-1]}" if said else ""), str(image))  # fmt: skip
+        raise exited("losetup", attached.returncode, attached.stderr, image)
     device = attached.stdout.strip()
     try:
         yield device
