@@ -454,52 +454,58 @@ def dcp_rank(folder: Path, size: int, rounds: int, device: str) -> None:
     distributed = "WORLD_SIZE" in os.environ
     if distributed:
         dist.init_process_group("gloo")
-    rank = dist.get_rank() if distributed else 0
-    world = dist.get_world_size() if distributed else 1
-    if device.startswith("cuda"):
-        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
-    shard = state_dict(size // world, device, seed=rank)
-    state = {f"rank{rank}.{name}": tensor for name, tensor in shard.items()}
-    storages = {"pyinit": (DirectStorageWriter, DirectStorageReader),
-                "torch": (FileSystemWriter, FileSystemReader)}  # fmt: skip
-    results = []
+    try:
+        rank = dist.get_rank() if distributed else 0
+        world = dist.get_world_size() if distributed else 1
+        if device.startswith("cuda"):
+            device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+        shard = state_dict(size // world, device, seed=rank)
+        state = {f"rank{rank}.{name}": tensor for name, tensor in shard.items()}
+        storages = {"pyinit": (DirectStorageWriter, DirectStorageReader),
+                    "torch": (FileSystemWriter, FileSystemReader)}  # fmt: skip
+        results = []
 
-    def together() -> None:
+        def together() -> None:
+            if distributed:
+                dist.barrier()
+
+        for round_no in range(rounds):
+            for kind in rotate(["pyinit", "torch"], round_no):
+                writer, reader = storages[kind]
+                path = folder / f"pyinit-bench-dcp-{kind}"
+                if rank == 0:
+                    shutil.rmtree(path, ignore_errors=True)
+                    os.sync()
+                together()
+                started = time.perf_counter()
+                dcp.save(state, storage_writer=writer(path))
+                synchronize(device)
+                together()
+                saved = time.perf_counter() - started
+                if rank == 0:
+                    drop_caches()
+                together()
+                into = {name: torch.empty_like(t) for name, t in state.items()}
+                started = time.perf_counter()
+                dcp.load(into, storage_reader=reader(path))
+                synchronize(device)
+                together()
+                loaded = time.perf_counter() - started
+                del into
+                results += [{"op": "dcp", "tool": f"{kind} save", "round": round_no,
+                             "seconds": saved},
+                            {"op": "dcp", "tool": f"{kind} load", "round": round_no,
+                             "seconds": loaded}]  # fmt: skip
+                if rank == 0:
+                    shutil.rmtree(path, ignore_errors=True)
+        if rank == 0:
+            print(json.dumps({"results": results, "bytes": nbytes(shard) * world}), flush=True)
+    finally:
+        # Also after a failed save: gloo's teardown of a group left standing can
+        # abort the process ("terminate called without an active exception"),
+        # and SIGABRT's status would hide the error the rank printed.
         if distributed:
-            dist.barrier()
-
-    for round_no in range(rounds):
-        for kind in rotate(["pyinit", "torch"], round_no):
-            writer, reader = storages[kind]
-            path = folder / f"pyinit-bench-dcp-{kind}"
-            if rank == 0:
-                shutil.rmtree(path, ignore_errors=True)
-                os.sync()
-            together()
-            started = time.perf_counter()
-            dcp.save(state, storage_writer=writer(path))
-            synchronize(device)
-            together()
-            saved = time.perf_counter() - started
-            if rank == 0:
-                drop_caches()
-            together()
-            into = {name: torch.empty_like(t) for name, t in state.items()}
-            started = time.perf_counter()
-            dcp.load(into, storage_reader=reader(path))
-            synchronize(device)
-            together()
-            loaded = time.perf_counter() - started
-            del into
-            results += [{"op": "dcp", "tool": f"{kind} save", "round": round_no, "seconds": saved},
-                        {"op": "dcp", "tool": f"{kind} load", "round": round_no,
-                         "seconds": loaded}]  # fmt: skip
-            if rank == 0:
-                shutil.rmtree(path, ignore_errors=True)
-    if rank == 0:
-        print(json.dumps({"results": results, "bytes": nbytes(shard) * world}), flush=True)
-    if distributed:
-        dist.destroy_process_group()
+            dist.destroy_process_group()
 
 
 def bench_dcp(args: argparse.Namespace, folder: Path, size: int) -> tuple[list[dict], int]:
