@@ -385,6 +385,12 @@ if rank == 0:
     torch.save({k: v.clone() for k, v in ddp.state_dict().items()}, f"{out}/ddp-expected.pt")
 print("ranks agree", rank, flush=True)
 dist.destroy_process_group()
+# The group outlives destroy_process_group (DTensor's sharding caches keep the
+# mesh that holds it), so gloo's threads still run during the interpreter's
+# teardown; one freeing its last collective's tensors takes the GIL there,
+# which ends the thread inside a destructor and std::terminate aborts the
+# rank. Nothing here needs the teardown: the process ends as a forked worker does.
+os._exit(0)
 """
 
 
