@@ -208,6 +208,43 @@ def test_warm_cold_and_spawned_runs_give_identical_losses_and_threads(warm_env, 
     assert answer["preloads"] == ["torch", "torch._dynamo"]
 
 
+EXIT_WORK = Path(__file__).parent / "data" / "exit_work.py"
+AGENT_EXIT = Path(__file__).parent / "data" / "agent_exit"
+
+
+def test_a_worker_ends_as_python_ends_a_script(warm_env, tmp_path):
+    """torchrun's fresh interpreter joins a script's threads, then runs its
+    atexit functions, finalizers and logging's shutdown; a forked worker
+    does the same, and never the functions its agent registered."""
+    notes = tmp_path / "agent-exit-notes"
+    # The cold agent preloads a module with an atexit function (another sys.path
+    # than the warm interpreter's, which would not be used for it).
+    path = os.pathsep.join([str(AGENT_EXIT), os.environ.get("PYTHONPATH", "")])
+    with_agent_function = {**warm_env, "AGENT_EXIT_NOTES": str(notes), "PYTHONPATH": path}
+    kinds = {  # how each ends, and the status pyinit run gives
+        "spawn": (("--cold", "--worker-start", "spawn"), "return", 0),
+        "cold": (("--cold", "--preload", "agent_exit_function"), "raise", 1),
+        "warm": ((), "exit3", 3),
+    }  # fmt: skip
+    for kind, (options, how, status) in kinds.items():
+        folder = tmp_path / kind
+        folder.mkdir()
+        env = with_agent_function if kind == "cold" else warm_env
+        # One rank: torchrun stops the others once one has failed, in their exit too.
+        result = run(env, tmp_path / f"run-{kind}", *options, "--nproc-per-node", "1",
+                     script=EXIT_WORK, script_args=(str(folder), how))  # fmt: skip
+        assert result.returncode == status, (kind, result.stderr[-3000:])
+        pid, *ended = (folder / "ended-0").read_text().splitlines()
+        assert ended == ["thread", "atexit"], (kind, ended)
+        log = (folder / "log-0").read_text()
+        assert log == "buffered until logging shuts down\n", kind
+        assert not list(folder.glob("left-*")), kind
+        if kind == "cold":  # the agent ran its own function; the worker did not
+            noted = notes.read_text().split()
+            assert noted and pid.removeprefix("pid ") not in noted, (noted, pid)
+    assert warm_event(tmp_path / "run-warm")["used"] is True
+
+
 def test_the_first_step_is_split_into_its_parts(warm_env, tmp_path):
     result = run(warm_env, tmp_path, "--cold")
     assert result.returncode == 0, result.stderr[-3000:]

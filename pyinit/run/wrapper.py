@@ -43,7 +43,7 @@ from pyinit import _native
 from pyinit.jsonfile import write_json
 from pyinit.phases import install as install_phases
 from pyinit.phases import phase
-from pyinit.run import compiled_flag
+from pyinit.run import compiled_flag, exit_functions
 from pyinit.run.agent import COMPILED_MARK, TERMINAL_FD_ENV
 from pyinit.run.compiles import (
     COMPILE_CACHE_ENV,
@@ -423,8 +423,10 @@ def main() -> None:
     # TERM and raises KeyboardInterrupt on INT, as a fresh interpreter would.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    if "torch" in sys.modules:  # forked: torch's threads were counted in the parent
-        threads_as_asked()
+    forked = "torch" in sys.modules
+    if forked:
+        threads_as_asked()  # torch's threads were counted in the parent
+        exit_functions.drop_inherited()
     status_dir, kind, name, *args = sys.argv[1:]
     # torchrun counts its restarts of the worker group; pyinit run watches for new attempts.
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
@@ -464,16 +466,13 @@ def main() -> None:
             runpy.run_path(name, run_name="__main__")
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        if _finish_saves() and code == 0:
-            code = 1
+        if _end(Path(status_dir), code, forked) != code:
             e = SystemExit(1)
-        _record(Path(status_dir), code)
         raise e from None
     except BaseException as error:
         line = checkpoint_failure(error)
         if line is None and not isinstance(error, Exception):
-            _finish_saves()
-            _record(Path(status_dir), 1)
+            _end(Path(status_dir), 1, forked)
             raise
         if line is None:
             line = peer_gone_line(error, traceback_path(Path(status_dir), rank))
@@ -483,17 +482,28 @@ def main() -> None:
             # The script's own traceback, on the terminal as without us: a worker forked
             # by torchrun would otherwise hand it to the agent, whose log keeps it.
             traceback.print_exc()
-        _finish_saves()
-        _record(Path(status_dir), 1)
+        _end(Path(status_dir), 1, forked)
         sys.exit(1)
     finally:
         if marks is not None:
             marks.finish()
         release_groups(marks)
-    code = 1 if _finish_saves() else 0
-    _record(Path(status_dir), code)
-    if code:
+    if code := _end(Path(status_dir), 0, forked):
         sys.exit(code)
+
+
+def _end(status_dir: Path, code: int, forked: bool) -> int:
+    """The script's end: its background checkpoints waited for (a failed one
+    makes a clean exit 1) and its exit status recorded (a failed worker's
+    teardown bounded from there), then, in a forked worker, its threads and
+    atexit functions, as Python's exit runs them (a fresh interpreter does
+    so itself, after this)."""
+    if _finish_saves() and code == 0:
+        code = 1
+    _record(status_dir, code)
+    if forked:
+        exit_functions.run_at_exit()
+    return code
 
 
 def checkpoint_failure(error: BaseException) -> str | None:

@@ -1,0 +1,40 @@
+"""A script that leaves Python's exit its usual work: a thread still running,
+an atexit function, a temporary folder never cleaned up and a buffered log
+handler never flushed. It ends as argv[2] says: return, exit3 or raise."""
+
+import atexit
+import logging
+import logging.handlers
+import os
+import sys
+import tempfile
+import threading
+import time
+
+out, how = sys.argv[1], sys.argv[2]
+rank = os.environ["RANK"]
+
+
+def note(word: str) -> None:
+    with open(os.path.join(out, f"ended-{rank}"), "a") as f:
+        f.write(word + "\n")
+
+
+def late() -> None:
+    time.sleep(0.5)
+    note("thread")
+
+
+note(f"pid {os.getpid()}")
+threading.Thread(target=late).start()
+atexit.register(note, "atexit")
+left = tempfile.TemporaryDirectory(dir=out, prefix=f"left-{rank}-")
+log = logging.getLogger("exit_work")
+log.propagate = False
+to_file = logging.FileHandler(os.path.join(out, f"log-{rank}"))
+log.addHandler(logging.handlers.MemoryHandler(1000, logging.CRITICAL, to_file))
+log.warning("buffered until logging shuts down")
+if how == "exit3":
+    sys.exit(3)
+if how == "raise":
+    raise RuntimeError("the script failed")
