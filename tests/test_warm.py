@@ -67,11 +67,12 @@ def own_warm(tmp_path) -> Iterator[dict[str, str]]:
 
 
 def run(env: dict[str, str], run_dir: Path, *options: str, script_args: tuple[str, ...] = (),
-        script: Path = DETERMINISTIC) -> subprocess.CompletedProcess:  # fmt: skip
+        script: Path = DETERMINISTIC, stdin: str | None = None
+        ) -> subprocess.CompletedProcess:  # fmt: skip
     if script == DETERMINISTIC and "--out" not in script_args:
         script_args = (*script_args, "--out", str(run_dir))  # the run folder exists by then
     return subprocess.run([PYINIT, "run", "--nproc-per-node", "2", "--run-dir", str(run_dir),
-                           *options, "--", str(script), *script_args], env=env,
+                           *options, "--", str(script), *script_args], env=env, input=stdin,
                           capture_output=True, text=True, timeout=240)  # fmt: skip
 
 
@@ -212,10 +213,11 @@ EXIT_WORK = Path(__file__).parent / "data" / "exit_work.py"
 AGENT_EXIT = Path(__file__).parent / "data" / "agent_exit"
 
 
-def test_a_worker_ends_as_python_ends_a_script(warm_env, tmp_path):
-    """torchrun's fresh interpreter joins a script's threads, then runs its
-    atexit functions, finalizers and logging's shutdown; a forked worker
-    does the same, and never the functions its agent registered."""
+def test_a_worker_reads_stdin_and_ends_as_python_ends_a_script(warm_env, tmp_path):
+    """torchrun's fresh interpreter reads the launch's stdin (breakpoint() in a
+    worker), and at its end joins the script's threads, then runs its atexit
+    functions, finalizers and logging's shutdown; a forked worker does the
+    same, and never the functions its agent registered."""
     notes = tmp_path / "agent-exit-notes"
     # The cold agent preloads a module with an atexit function (another sys.path
     # than the warm interpreter's, which would not be used for it).
@@ -232,9 +234,11 @@ def test_a_worker_ends_as_python_ends_a_script(warm_env, tmp_path):
         env = with_agent_function if kind == "cold" else warm_env
         # One rank: torchrun stops the others once one has failed, in their exit too.
         result = run(env, tmp_path / f"run-{kind}", *options, "--nproc-per-node", "1",
-                     script=EXIT_WORK, script_args=(str(folder), how))  # fmt: skip
+                     script=EXIT_WORK, script_args=(str(folder), how),
+                     stdin=f"a line for the {kind} worker\n")  # fmt: skip
         assert result.returncode == status, (kind, result.stderr[-3000:])
-        pid, *ended = (folder / "ended-0").read_text().splitlines()
+        pid, read, *ended = (folder / "ended-0").read_text().splitlines()
+        assert read == f"read: a line for the {kind} worker", kind
         assert ended == ["thread", "atexit"], (kind, ended)
         log = (folder / "log-0").read_text()
         assert log == "buffered until logging shuts down\n", kind

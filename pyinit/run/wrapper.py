@@ -43,7 +43,7 @@ from pyinit import _native
 from pyinit.jsonfile import write_json
 from pyinit.phases import install as install_phases
 from pyinit.phases import phase
-from pyinit.run import compiled_flag, exit_functions
+from pyinit.run import compiled_flag, fresh_interpreter
 from pyinit.run.agent import COMPILED_MARK, TERMINAL_FD_ENV
 from pyinit.run.compiles import (
     COMPILE_CACHE_ENV,
@@ -426,7 +426,8 @@ def main() -> None:
     forked = "torch" in sys.modules
     if forked:
         threads_as_asked()  # torch's threads were counted in the parent
-        exit_functions.drop_inherited()
+        fresh_interpreter.take_stdin()
+        fresh_interpreter.drop_inherited_exit_functions()
     status_dir, kind, name, *args = sys.argv[1:]
     # torchrun counts its restarts of the worker group; pyinit run watches for new attempts.
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
@@ -502,7 +503,7 @@ def _end(status_dir: Path, code: int, forked: bool) -> int:
         code = 1
     _record(status_dir, code)
     if forked:
-        exit_functions.run_at_exit()
+        fresh_interpreter.run_at_exit()
     return code
 
 

@@ -1,6 +1,7 @@
-"""A script that leaves Python's exit its usual work: a thread still running,
-an atexit function, a temporary folder never cleaned up and a buffered log
-handler never flushed. It ends as argv[2] says: return, exit3 or raise."""
+"""A script that reads a line of its input, then leaves Python's exit its
+usual work: a thread still running, an atexit function, a temporary folder
+never cleaned up and a buffered log handler never flushed. It ends as
+argv[2] says: return, exit3 or raise."""
 
 import atexit
 import logging
@@ -26,6 +27,7 @@ def late() -> None:
 
 
 note(f"pid {os.getpid()}")
+note(f"read: {sys.stdin.readline().strip()}")
 threading.Thread(target=late).start()
 atexit.register(note, "atexit")
 left = tempfile.TemporaryDirectory(dir=out, prefix=f"left-{rank}-")

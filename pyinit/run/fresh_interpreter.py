@@ -1,0 +1,66 @@
+"""A forked worker made what a fresh interpreter is to the script.
+
+torchrun starts a script in a fresh interpreter; pyinit run forks it from
+its agent, through multiprocessing, which prepares a child for a function
+call rather than for a program:
+
+- it points ``sys.stdin`` at /dev/null (the worker's fd 0 is still the
+  user's terminal or pipe), so ``breakpoint()`` quit at once and a script
+  reading its input read nothing;
+- it ends the child with ``os._exit``, so Python's exit never ran the
+  script's ``atexit`` functions (an experiment tracker's last upload, a
+  profiler's trace), its ``weakref.finalize`` objects (a
+  ``TemporaryDirectory`` never cleaned up) or logging's shutdown (a buffered
+  handler's records).
+
+The agent's own exit functions are dropped at the fork rather than run: they
+act on the agent's objects, which the worker holds copies of (its compile
+workers, its file locks, its temporary folders), and running them in the
+worker would shut down or remove what the agent still uses.
+"""
+
+from __future__ import annotations
+
+import atexit
+import io
+import logging
+import os
+import sys
+import threading
+import weakref
+
+
+def take_stdin() -> None:
+    """``sys.stdin`` on fd 0 again, as Python makes it (buffered, not closing
+    the descriptor, stdout's encoding and errors, line-buffered on a
+    terminal); left as it is where fd 0 is not open."""
+    try:
+        os.fstat(0)
+    except OSError:
+        return
+    raw = open(0, "rb", closefd=False)  # noqa: SIM115 (it is the process's stdin)
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(
+        raw, encoding=sys.__stdout__.encoding, errors=sys.__stdout__.errors,
+        line_buffering=raw.isatty())  # fmt: skip
+
+
+def drop_inherited_exit_functions() -> None:
+    """The agent's atexit functions and finalizers no longer run at this
+    process's exit; logging's shutdown and the worker's own finalizers do,
+    as in any interpreter."""
+    atexit._clear()
+    atexit.register(logging.shutdown)
+    # weakref.finalize registers its one atexit function with the first finalizer
+    # made, which the agent made: it is registered again, for this process's own.
+    for info in weakref.finalize._registry.values():  # type: ignore[attr-defined]
+        info.atexit = False
+    if weakref.finalize._registered_with_atexit:  # type: ignore[attr-defined]
+        atexit.register(weakref.finalize._exitfunc)  # type: ignore[attr-defined]
+
+
+def run_at_exit() -> None:
+    """What Python's exit runs before its teardown, in its order: the
+    script's non-daemon threads joined, then the atexit functions (last
+    registered first; one that raises is reported and the rest still run)."""
+    threading._shutdown()  # type: ignore[attr-defined]
+    atexit._run_exitfuncs()
