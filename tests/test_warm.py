@@ -215,9 +215,10 @@ AGENT_EXIT = Path(__file__).parent / "data" / "agent_exit"
 
 def test_a_worker_reads_stdin_and_ends_as_python_ends_a_script(warm_env, tmp_path):
     """torchrun's fresh interpreter reads the launch's stdin (breakpoint() in a
-    worker), and at its end joins the script's threads, then runs its atexit
-    functions, finalizers and logging's shutdown; a forked worker does the
-    same, and never the functions its agent registered."""
+    worker), has Python's own signal handlers, and at its end joins the
+    script's threads, then runs its atexit functions, finalizers and
+    logging's shutdown; a forked worker does the same, and never the
+    functions its agent registered."""
     notes = tmp_path / "agent-exit-notes"
     # The cold agent preloads a module with an atexit function (another sys.path
     # than the warm interpreter's, which would not be used for it).
@@ -237,8 +238,13 @@ def test_a_worker_reads_stdin_and_ends_as_python_ends_a_script(warm_env, tmp_pat
                      script=EXIT_WORK, script_args=(str(folder), how),
                      stdin=f"a line for the {kind} worker\n")  # fmt: skip
         assert result.returncode == status, (kind, result.stderr[-3000:])
-        pid, read, *ended = (folder / "ended-0").read_text().splitlines()
+        pid, read, signals, *ended = (folder / "ended-0").read_text().splitlines()
         assert read == f"read: a line for the {kind} worker", kind
+        # Not torchrun's agent's handlers, which raise its exception with a traceback.
+        assert signals == (
+            "SIGHUP=SIG_DFL SIGQUIT=SIG_DFL SIGTERM=SIG_DFL "
+            "SIGINT=default_int_handler SIGPIPE=SIG_IGN"
+        ), (kind, signals)
         assert ended == ["thread", "atexit"], (kind, ended)
         log = (folder / "log-0").read_text()
         assert log == "buffered until logging shuts down\n", kind

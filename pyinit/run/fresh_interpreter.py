@@ -4,6 +4,10 @@ torchrun starts a script in a fresh interpreter; pyinit run forks it from
 its agent, through multiprocessing, which prepares a child for a function
 call rather than for a program:
 
+- it keeps the agent's signal handlers, where exec would have made each
+  the default action: torchrun's, which raise its ``SignalException`` with
+  a traceback on TERM, INT, HUP and QUIT (a worker sent HUP or QUIT is to
+  end by that signal, and QUIT is to leave a core dump);
 - it points ``sys.stdin`` at /dev/null (the worker's fd 0 is still the
   user's terminal or pipe), so ``breakpoint()`` quit at once and a script
   reading its input read nothing;
@@ -22,12 +26,28 @@ worker would shut down or remove what the agent still uses.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import io
 import logging
 import os
+import signal
 import sys
 import threading
 import weakref
+
+
+def signals_as_started() -> None:
+    """Each signal as exec and Python's start leave it: a handler becomes the
+    default action and an ignored signal stays ignored; then INT raises
+    KeyboardInterrupt (unless ignored) and PIPE and XFSZ are ignored."""
+    for number in signal.valid_signals():
+        with contextlib.suppress(OSError, ValueError):  # KILL, STOP, a real-time one of libc's
+            if callable(signal.getsignal(number)):
+                signal.signal(number, signal.SIG_DFL)
+    if signal.getsignal(signal.SIGINT) == signal.SIG_DFL:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    for number in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(number, signal.SIG_IGN)
 
 
 def take_stdin() -> None:

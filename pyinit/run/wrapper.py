@@ -419,10 +419,9 @@ def main() -> None:
     os.environ.pop(STORE_FD_ENV, None)
     # torchrun's agent is the parent: if it dies (even by KILL), so does this worker.
     _native.die_with_parent(signal.SIGKILL, os.getppid())
-    # Forked from the agent, the worker inherits its handlers: a worker ends on
-    # TERM and raises KeyboardInterrupt on INT, as a fresh interpreter would.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    # Forked from the agent, the worker inherits its handlers (torchrun's, which
+    # raise its SignalException on TERM, INT, HUP and QUIT).
+    fresh_interpreter.signals_as_started()
     forked = "torch" in sys.modules
     if forked:
         threads_as_asked()  # torch's threads were counted in the parent

@@ -1,12 +1,13 @@
-"""A script that reads a line of its input, then leaves Python's exit its
-usual work: a thread still running, an atexit function, a temporary folder
-never cleaned up and a buffered log handler never flushed. It ends as
-argv[2] says: return, exit3 or raise."""
+"""A script that reads a line of its input and notes its signals' handlers,
+then leaves Python's exit its usual work: a thread still running, an atexit
+function, a temporary folder never cleaned up and a buffered log handler
+never flushed. It ends as argv[2] says: return, exit3 or raise."""
 
 import atexit
 import logging
 import logging.handlers
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -28,6 +29,15 @@ def late() -> None:
 
 note(f"pid {os.getpid()}")
 note(f"read: {sys.stdin.readline().strip()}")
+
+
+def handler(number: signal.Signals) -> str:
+    now = signal.getsignal(number)
+    return now.name if isinstance(now, signal.Handlers) else getattr(now, "__name__", repr(now))
+
+
+kept = (signal.SIGHUP, signal.SIGQUIT, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE)
+note(" ".join(f"{number.name}={handler(number)}" for number in kept))
 threading.Thread(target=late).start()
 atexit.register(note, "atexit")
 left = tempfile.TemporaryDirectory(dir=out, prefix=f"left-{rank}-")
