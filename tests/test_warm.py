@@ -215,7 +215,9 @@ AGENT_EXIT = Path(__file__).parent / "data" / "agent_exit"
 
 def test_a_worker_reads_stdin_and_ends_as_python_ends_a_script(warm_env, tmp_path):
     """torchrun's fresh interpreter reads the launch's stdin (breakpoint() in a
-    worker), has Python's own signal handlers, and at its end joins the
+    worker), has Python's own signal handlers, is multiprocessing's main
+    process with no start method chosen, has the __file__ Python gives it,
+    and at its end joins the
     script's threads, then runs its atexit functions, finalizers and
     logging's shutdown; a forked worker does the same, and never the
     functions its agent registered."""
@@ -229,22 +231,30 @@ def test_a_worker_reads_stdin_and_ends_as_python_ends_a_script(warm_env, tmp_pat
         "cold": (("--cold", "--preload", "agent_exit_function"), "raise", 1),
         "warm": ((), "exit3", 3),
     }  # fmt: skip
+    script = Path(os.path.relpath(EXIT_WORK))
     for kind, (options, how, status) in kinds.items():
         folder = tmp_path / kind
         folder.mkdir()
         env = with_agent_function if kind == "cold" else warm_env
         # One rank: torchrun stops the others once one has failed, in their exit too.
         result = run(env, tmp_path / f"run-{kind}", *options, "--nproc-per-node", "1",
-                     script=EXIT_WORK, script_args=(str(folder), how),
+                     script=script, script_args=(str(folder), how),
                      stdin=f"a line for the {kind} worker\n")  # fmt: skip
         assert result.returncode == status, (kind, result.stderr[-3000:])
-        pid, read, signals, *ended = (folder / "ended-0").read_text().splitlines()
+        pid, read, signals, processes, file, *ended = (folder / "ended-0").read_text().splitlines()
         assert read == f"read: a line for the {kind} worker", kind
         # Not torchrun's agent's handlers, which raise its exception with a traceback.
         assert signals == (
             "SIGHUP=SIG_DFL SIGQUIT=SIG_DFL SIGTERM=SIG_DFL "
             "SIGINT=default_int_handler SIGPIPE=SIG_IGN"
         ), (kind, signals)
+        assert processes == "MainProcess None spawn", (kind, processes)
+        # Named as Python names a script given by a relative path, whatever its cwd later.
+        assert file == f"file {os.path.join(os.getcwd(), script)}", (kind, file)
+        if how == "raise":  # its traceback starts in the script, as Python's does
+            at = result.stderr.index("Traceback (most recent call last):")
+            first = result.stderr[at:].splitlines()[1]
+            assert first.startswith(f'  File "{os.path.join(os.getcwd(), script)}"'), first
         assert ended == ["thread", "atexit"], (kind, ended)
         log = (folder / "log-0").read_text()
         assert log == "buffered until logging shuts down\n", kind

@@ -1,4 +1,4 @@
-"""A forked worker made what a fresh interpreter is to the script.
+"""A worker made what a fresh interpreter is to the script.
 
 torchrun starts a script in a fresh interpreter; pyinit run forks it from
 its agent, through multiprocessing, which prepares a child for a function
@@ -8,6 +8,10 @@ call rather than for a program:
   the default action: torchrun's, which raise its ``SignalException`` with
   a traceback on TERM, INT, HUP and QUIT (a worker sent HUP or QUIT is to
   end by that signal, and QUIT is to leave a core dump);
+- it makes the child a process of its own (``ForkProcess-1``, with a
+  parent) with its start method set to fork, so a script's
+  ``set_start_method("spawn")``, common at the top of training scripts,
+  failed with "context has already been set";
 - it points ``sys.stdin`` at /dev/null (the worker's fd 0 is still the
   user's terminal or pipe), so ``breakpoint()`` quit at once and a script
   reading its input read nothing;
@@ -21,19 +25,64 @@ The agent's own exit functions are dropped at the fork rather than run: they
 act on the agent's objects, which the worker holds copies of (its compile
 workers, its file locks, its temporary folders), and running them in the
 worker would shut down or remove what the agent still uses.
+
+Forked or spawned, the wrapper runs the script itself (``run_script``),
+which names and loads it as ``python SCRIPT`` does.
 """
 
 from __future__ import annotations
 
 import atexit
+import builtins
 import contextlib
+import importlib.machinery
+import importlib.util
 import io
 import logging
 import os
+import runpy
 import signal
 import sys
 import threading
+import types
 import weakref
+import zipfile
+from types import TracebackType
+
+
+def run_script(path: str) -> None:
+    """The script at `path` run as ``python PATH`` runs it: as the process's
+    ``__main__`` module (multiprocessing's spawned children import it from
+    there), its ``__file__`` the working directory joined to `path` with links
+    and dots kept (a script may chdir, then look beside its own file: Hydra
+    does), ``sys.argv[0]`` as given, compiled without the wrapper's future
+    imports. A folder or zip archive with a ``__main__.py``, or compiled
+    bytecode, goes through runpy."""
+    full = os.path.join(os.getcwd(), path)
+    if os.path.isdir(full) or zipfile.is_zipfile(full):
+        runpy.run_path(full, run_name="__main__")
+        return
+    with open(full, "rb") as f:
+        source = f.read()
+    if source[:4] == importlib.util.MAGIC_NUMBER:
+        runpy.run_path(full, run_name="__main__")
+        return
+    code = compile(source, full, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    loader = importlib.machinery.SourceFileLoader("__main__", full)
+    main.__dict__.update(__file__=full, __cached__=None, __builtins__=builtins, __loader__=loader)
+    sys.modules["__main__"] = main
+    exec(code, main.__dict__)
+
+
+def from_the_script(frames: TracebackType | None) -> TracebackType | None:
+    """A traceback from the script's first frame on, as Python prints one: the
+    frames of this wrapper and of runpy, which ran it, left out."""
+    ours = {__file__, os.path.join(os.path.dirname(__file__), "wrapper.py"), "<frozen runpy>"}
+    while frames is not None and frames.tb_next is not None and (
+            frames.tb_frame.f_code.co_filename in ours):  # fmt: skip
+        frames = frames.tb_next
+    return frames
 
 
 def signals_as_started() -> None:
@@ -48,6 +97,19 @@ def signals_as_started() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     for number in (signal.SIGPIPE, signal.SIGXFSZ):
         signal.signal(number, signal.SIG_IGN)
+
+
+def multiprocessing_as_started() -> None:
+    """multiprocessing as in a process started on its own: this is the main
+    process (its name, no parent), and no start method is chosen yet."""
+    from multiprocessing import context, process
+
+    # Named and numbered as the main process (its children "SpawnProcess-1", not
+    # "ForkProcess-1:1"); the object stays multiprocessing's, which ends this child.
+    this = process.current_process()
+    this._name, this._identity = "MainProcess", ()  # type: ignore[attr-defined]
+    process._parent_process = None  # type: ignore[attr-defined]
+    context._default_context._actual_context = None  # type: ignore[attr-defined]
 
 
 def take_stdin() -> None:

@@ -425,6 +425,7 @@ def main() -> None:
     forked = "torch" in sys.modules
     if forked:
         threads_as_asked()  # torch's threads were counted in the parent
+        fresh_interpreter.multiprocessing_as_started()
         fresh_interpreter.take_stdin()
         fresh_interpreter.drop_inherited_exit_functions()
     status_dir, kind, name, *args = sys.argv[1:]
@@ -463,7 +464,7 @@ def main() -> None:
             runpy.run_module(name, run_name="__main__", alter_sys=True)
         else:
             sys.path.insert(0, str(Path(name).resolve().parent))
-            runpy.run_path(name, run_name="__main__")
+            fresh_interpreter.run_script(name)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if _end(Path(status_dir), code, forked) != code:
@@ -481,7 +482,8 @@ def main() -> None:
         else:
             # The script's own traceback, on the terminal as without us: a worker forked
             # by torchrun would otherwise hand it to the agent, whose log keeps it.
-            traceback.print_exc()
+            script_frames = fresh_interpreter.from_the_script(error.__traceback__)
+            traceback.print_exception(type(error), error, script_frames)
         _end(Path(status_dir), 1, forked)
         sys.exit(1)
     finally:

@@ -1,4 +1,5 @@
-"""A script that reads a line of its input and notes its signals' handlers,
+"""A script that reads a line of its input, notes its signals' handlers, its
+multiprocessing (after choosing its start method) and its own file's name,
 then leaves Python's exit its usual work: a thread still running, an atexit
 function, a temporary folder never cleaned up and a buffered log handler
 never flushed. It ends as argv[2] says: return, exit3 or raise."""
@@ -6,6 +7,7 @@ never flushed. It ends as argv[2] says: return, exit3 or raise."""
 import atexit
 import logging
 import logging.handlers
+import multiprocessing
 import os
 import signal
 import sys
@@ -38,6 +40,10 @@ def handler(number: signal.Signals) -> str:
 
 kept = (signal.SIGHUP, signal.SIGQUIT, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE)
 note(" ".join(f"{number.name}={handler(number)}" for number in kept))
+multiprocessing.set_start_method("spawn")  # as training scripts do, before anything else
+process = multiprocessing.current_process()
+note(f"{process.name} {multiprocessing.parent_process()} {multiprocessing.get_start_method()}")
+note(f"file {__file__}")
 threading.Thread(target=late).start()
 atexit.register(note, "atexit")
 left = tempfile.TemporaryDirectory(dir=out, prefix=f"left-{rank}-")
