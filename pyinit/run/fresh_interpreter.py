@@ -47,7 +47,6 @@ import threading
 import types
 import weakref
 import zipfile
-from types import TracebackType
 
 
 def run_script(path: str) -> None:
@@ -75,12 +74,13 @@ def run_script(path: str) -> None:
     exec(code, main.__dict__)
 
 
-def from_the_script(frames: TracebackType | None) -> TracebackType | None:
+def from_the_script(frames: types.TracebackType | None) -> types.TracebackType | None:
     """A traceback from the script's first frame on, as Python prints one: the
-    frames of this wrapper and of runpy, which ran it, left out."""
+    frames of this wrapper and of runpy, which ran it, left out (all of them
+    for a script that does not compile, which Python shows as its file, line
+    and caret alone)."""
     ours = {__file__, os.path.join(os.path.dirname(__file__), "wrapper.py"), "<frozen runpy>"}
-    while frames is not None and frames.tb_next is not None and (
-            frames.tb_frame.f_code.co_filename in ours):  # fmt: skip
+    while frames is not None and frames.tb_frame.f_code.co_filename in ours:
         frames = frames.tb_next
     return frames
 
@@ -121,8 +121,9 @@ def take_stdin() -> None:
     except OSError:
         return
     raw = open(0, "rb", closefd=False)  # noqa: SIM115 (it is the process's stdin)
+    stdout = sys.__stdout__  # None where fd 1 was closed: the locale's encoding then
     sys.stdin = sys.__stdin__ = io.TextIOWrapper(
-        raw, encoding=sys.__stdout__.encoding, errors=sys.__stdout__.errors,
+        raw, encoding=getattr(stdout, "encoding", None), errors=getattr(stdout, "errors", None),
         line_buffering=raw.isatty())  # fmt: skip
 
 
