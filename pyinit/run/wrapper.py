@@ -481,9 +481,12 @@ def main() -> None:
             print(f"pyinit run: rank {rank}: {line}", file=sys.stderr, flush=True)
         else:
             # The script's own traceback, on the terminal as without us: a worker forked
-            # by torchrun would otherwise hand it to the agent, whose log keeps it.
-            script_frames = fresh_interpreter.from_the_script(error.__traceback__)
-            traceback.print_exception(type(error), error, script_frames)
+            # by torchrun would otherwise hand it to the agent, whose log keeps it. (Not
+            # kept in a local: this frame would then hold the script's frames in a cycle,
+            # and the failed script's objects would never be freed.)
+            traceback.print_exception(
+                type(error), error, fresh_interpreter.from_the_script(error.__traceback__)
+            )
         _end(Path(status_dir), 1, forked)
         sys.exit(1)
     finally:
