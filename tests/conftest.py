@@ -4,12 +4,16 @@ import contextlib
 import itertools
 import json
 import os
+import pty
+import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -109,6 +113,48 @@ def fresh_8gpu(tmp_path) -> sysfs_fixtures.SysfsTree:
 def run(cmd: list[str | os.PathLike], **kwargs) -> subprocess.CompletedProcess:
     kwargs.setdefault("timeout", 60)
     return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kwargs)
+
+
+@dataclass
+class TerminalRun:
+    output: str
+    status: int
+
+
+def ctrl_c_at_a_terminal(argv: list[str], ready: str, times: int = 1, timeout: float = 120.0,
+                         **env: str) -> TerminalRun:  # fmt: skip
+    """`argv` run in a terminal of its own (a pseudo-terminal, as an ssh
+    session gives), its foreground job; once its output holds `ready`
+    `times` times, Ctrl-C typed once, as a user would. Its output and exit
+    status once it has ended."""
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        try:
+            os.execve(argv[0], argv, {**os.environ, **env})
+        finally:
+            os._exit(127)
+    output, typed = b"", False
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if not typed and output.count(ready.encode()) >= times:
+                os.write(fd, b"\x03")
+                typed = True
+            if select.select([fd], [], [], 0.1)[0]:
+                try:
+                    chunk = os.read(fd, 65536)
+                except OSError:  # EIO: the terminal's last process has gone
+                    break
+                if not chunk:
+                    break
+                output += chunk
+    finally:
+        if time.monotonic() >= deadline:
+            os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    return TerminalRun(output.decode(errors="replace").replace("\r\n", "\n"),
+                       os.waitstatus_to_exitcode(status))  # fmt: skip
 
 
 def run_events(run_dir: Path) -> list[dict]:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import ctrl_c_at_a_terminal
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="unshare --pid needs root")
 
@@ -85,6 +86,27 @@ def test_sigterm_reaches_the_command(pod_init_bin):
     os.kill(pod_init_pid(unshare), signal.SIGTERM)
     out, _ = unshare.communicate(timeout=10)
     assert unshare.returncode == 42 and "got TERM" in out
+
+
+COUNT_INTS = """
+import signal, sys, time
+got = []
+signal.signal(signal.SIGINT, lambda *_: got.append(1))
+print("ready", flush=True)
+while not got:
+    time.sleep(0.05)
+time.sleep(1.0)  # a second INT, had one been sent, would be here by now
+print("INT", len(got), flush=True)
+"""
+
+
+def test_a_terminals_ctrl_c_reaches_the_command_once(pod_init_bin):
+    """The terminal sends Ctrl-C's INT to its whole foreground job, the command
+    beside pod-init: pod-init does not send it a second copy."""
+    ran = ctrl_c_at_a_terminal([str(pod_init_bin), "--", sys.executable, "-c", COUNT_INTS],
+                               "ready")  # fmt: skip
+    assert "INT 1\n" in ran.output and ran.status == 0, ran
+    assert "the terminal sent INT to the command as well" in ran.output
 
 
 @pytest.mark.root

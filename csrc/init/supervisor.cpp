@@ -183,16 +183,29 @@ void start_child(Supervision* run) {
   close(report[0]);
 }
 
-// Passes a signal on to the command; TERM and INT start the grace period. One
-// line per signal: the grace's (always said), else -v's.
-void forward(Supervision* run, int sig) {
+// Whether the command was sent `info`'s signal with this process: a terminal's
+// Ctrl-C, Ctrl-\ (QUIT), hangup or resize (sent by the kernel) reaches the whole
+// foreground process group, and the command shares it unless it leads its own.
+// A second copy would land inside the command's handling of the first (torchrun
+// takes a second INT as an order to stop its workers at once, with TERM).
+bool terminal_sent_it_too(const Supervision& run, const siginfo_t& info) {
+  return info.si_code == SI_KERNEL && !run.options.process_group && isatty(STDIN_FILENO) &&
+         tcgetpgrp(STDIN_FILENO) == getpgrp() && getpgid(run.child) == getpgrp();
+}
+
+// Passes a signal on to the command (unless it had it from the terminal as
+// well); TERM and INT start the grace period. One line per signal: the
+// grace's (always said), else -v's.
+void forward(Supervision* run, int sig, const siginfo_t& info) {
   const SupervisorOptions& options = run->options;
   const bool starts_grace = (sig == SIGTERM || sig == SIGINT) && run->kill_at == 0;
+  const bool had_it = terminal_sent_it_too(*run, info);
   const std::string to =
-      std::string("forwarded ") + sigabbrev_np(sig) +
-      (options.process_group ? " to the command's process group" : " to the command");
+      had_it ? std::string("the terminal sent ") + sigabbrev_np(sig) + " to the command as well"
+             : std::string("forwarded ") + sigabbrev_np(sig) +
+                   (options.process_group ? " to the command's process group" : " to the command");
   // ESRCH: it ended and is reaped below; anything else is worth a line.
-  if (kill(run->target, sig) != 0 && errno != ESRCH) {
+  if (!had_it && kill(run->target, sig) != 0 && errno != ESRCH) {
     run->log(std::string("cannot forward ") + sigabbrev_np(sig) + ": " + errno_text(errno));
   } else if (starts_grace) {
     run->log(to + "; KILL in " + std::to_string(options.grace_ms) + " ms if it has not ended");
@@ -262,7 +275,7 @@ int supervise(const SupervisorOptions& options) {
       sigprocmask(SIG_SETMASK, &run.parent_mask, nullptr);
       return 128 + SIGKILL;
     }
-    if (sig > 0 && sig != SIGCHLD) forward(&run, sig);
+    if (sig > 0 && sig != SIGCHLD) forward(&run, sig, info);
     reap(&run);
     if (!run.ended && options.on_tick) options.on_tick();
     if (!run.ended && run.kill_at != 0 && monotonic_ms() >= run.kill_at) {
