@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import BIN_DIR
+from conftest import BIN_DIR, ctrl_c_at_a_terminal
 from conftest import run_events as events
 
 from pyinit.run.preload import COMPILE_PRELOAD_STEPS
@@ -263,6 +263,30 @@ def test_a_worker_reads_stdin_and_ends_as_python_ends_a_script(warm_env, tmp_pat
             noted = notes.read_text().split()
             assert noted and pid.removeprefix("pid ") not in noted, (noted, pid)
     assert warm_event(tmp_path / "run-warm")["used"] is True
+
+
+SAVE_ON_CTRL_C = Path(__file__).parent / "data" / "save_on_ctrl_c.py"
+
+
+@pytest.mark.parametrize("kind", ["cold", "warm"])
+def test_ctrl_c_at_a_terminal_lets_every_rank_finish_its_handler(warm_env, tmp_path, kind):
+    """A terminal's Ctrl-C reaches each rank once, forwarded by torchrun's
+    agent as under torchrun: a script that catches KeyboardInterrupt to save
+    its state finishes saving, and the run ends (130) without torchrun's
+    TERM or KILL. It reached the ranks twice (from the terminal, then from
+    the agent), and the agent twice (from the terminal, then from pod-init),
+    which then sent TERM."""
+    options = ("--cold",) if kind == "cold" else ()
+    run_dir = tmp_path / "run"
+    ran = ctrl_c_at_a_terminal([PYINIT, "run", "--nproc-per-node", "2", "--run-dir", str(run_dir),
+                                *options, "--", str(SAVE_ON_CTRL_C)], "ready", times=2,
+                               **warm_env)  # fmt: skip
+    assert ran.output.count("saved\n") == 2 and ran.status == 130, ran.output[-3000:]
+    log = (run_dir / "agent.log").read_text()
+    closing = [line for line in log.splitlines() if "Closing process" in line]
+    assert closing and all(line.endswith("via signal SIGINT") for line in closing), closing
+    assert "forcefully exiting" not in log  # torchrun's KILL after its 30 s grace
+    assert (warm_event(run_dir).get("used") is True) == (kind == "warm")
 
 
 def test_the_first_step_is_split_into_its_parts(warm_env, tmp_path):

@@ -94,6 +94,8 @@ def main(argv: list[str] | None = None, started: float | None = None) -> None:
             time_restarts(Path(folder, "status"), int(os.environ.get("PYINIT_NODE_RANK", "0")))
             if preloads:  # workers forked from here: a restarted group's are too
                 preload_compile_for_restarts(Path(folder, "status"))
+        if preloads:
+            release_finished_workers_on_close()
         imported = boottime()
         try:
             new = import_all(preloads)
@@ -169,6 +171,31 @@ def time_restarts(status_dir: Path, node: int) -> None:
     timed(LocalElasticAgent, "_stop_workers", "restart stop")
     timed(SimpleElasticAgent, "_rendezvous", "restart rendezvous")
     timed(LocalElasticAgent, "_start_workers", "restart start workers")
+
+
+def release_finished_workers_on_close() -> None:
+    """Workers forked by torchrun's agent let go when it stops them.
+
+    A forked worker whose script has returned waits, before it exits, for the
+    agent to say it has read the worker's return value; the agent says so
+    only once every worker has returned. When the agent stops the workers
+    instead (a signal to the run, a failed rank), a worker that had already
+    returned (a script that caught Ctrl-C's KeyboardInterrupt, saved and
+    ended) waited out torchrun's 30 s grace and was KILLed. Its return value
+    is already in its pipe (a SimpleQueue, no feeder thread), so the agent
+    says it has read them all before it signals the workers."""
+    from torch.distributed.elastic.multiprocessing.api import MultiprocessContext
+
+    close = MultiprocessContext._close
+
+    @functools.wraps(close)
+    def close_releasing(context: Any, *args: Any, **kwargs: Any) -> Any:
+        finished = getattr(context, "_worker_finished_event", None)
+        if finished is not None:
+            finished.set()
+        return close(context, *args, **kwargs)
+
+    MultiprocessContext._close = close_releasing
 
 
 def preload_compile_for_restarts(status_dir: Path) -> None:

@@ -8,6 +8,11 @@ call rather than for a program:
   the default action: torchrun's, which raise its ``SignalException`` with
   a traceback on TERM, INT, HUP and QUIT (a worker sent HUP or QUIT is to
   end by that signal, and QUIT is to leave a core dump);
+- it leaves the child in the agent's process group, with pyinit run and
+  the terminal's foreground job: Ctrl-C reached the worker twice (from the
+  terminal, then forwarded by the agent), the second time inside the
+  script's KeyboardInterrupt handler, and a script's ``os.killpg(0, ...)``
+  would end pyinit run itself;
 - it makes the child a process of its own (``ForkProcess-1``, with a
   parent) with its start method set to fork, so a script's
   ``set_start_method("spawn")``, common at the top of training scripts,
@@ -97,6 +102,15 @@ def signals_as_started() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     for number in (signal.SIGPIPE, signal.SIGXFSZ):
         signal.signal(number, signal.SIG_IGN)
+
+
+def own_session() -> None:
+    """The worker in a session and process group of its own, as torchrun starts
+    each worker: a terminal's Ctrl-C then reaches it once, forwarded by the
+    agent, not a second time from the terminal in the middle of the script's
+    KeyboardInterrupt handler; and a script that signals its own process
+    group (to end its children) signals only its own processes."""
+    os.setsid()
 
 
 def multiprocessing_as_started() -> None:

@@ -425,6 +425,7 @@ def main() -> None:
     forked = "torch" in sys.modules
     if forked:
         threads_as_asked()  # torch's threads were counted in the parent
+        fresh_interpreter.own_session()
         fresh_interpreter.multiprocessing_as_started()
         fresh_interpreter.take_stdin()
         fresh_interpreter.drop_inherited_exit_functions()
