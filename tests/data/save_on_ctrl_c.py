@@ -3,8 +3,8 @@ which takes a moment, then ends."""
 
 import time
 
-print("ready", flush=True)
 try:
+    print("ready", flush=True)  # inside: Ctrl-C may come as soon as it is read
     while True:
         time.sleep(0.05)
 except KeyboardInterrupt:
