@@ -260,6 +260,29 @@ def test_sigterm_ends_the_workers_and_gives_143(pyinit_bin, tmp_path):
     assert log[-1]["status"] == 143
 
 
+SIGNALS_ITS_GROUP = """
+import os, signal, subprocess
+child = subprocess.Popen(["sleep", "60"])
+print("child", child.pid, flush=True)
+os.killpg(0, signal.SIGTERM)  # itself and its children, as a cleanup might
+"""
+
+
+def test_a_script_that_signals_its_process_group_reaches_only_its_own(pyinit_bin, tmp_path):
+    """A worker leads its own process group, as torchrun's do: a script's
+    killpg(0, ...) ends it and its children, not pyinit run and its agent."""
+    script = tmp_path / "group.py"
+    script.write_text(SIGNALS_ITS_GROUP)
+    # In a session of its own: on a launcher whose workers share its group, the
+    # signal ends the launcher's whole job, which must not be this test's.
+    result = pyinit_run(pyinit_bin, "--nproc-per-node", "1", "--run-dir", tmp_path / "run",
+                        "--", script, start_new_session=True)  # fmt: skip
+    child = int(result.stdout.split()[1])
+    assert "rank 0 failed first" in result.stderr and "killed by SIGTERM" in result.stderr
+    assert "forwarded TERM" not in result.stderr, result.stderr  # pod-init was not sent it
+    assert not Path(f"/proc/{child}").exists()  # the script's child had it too, and was reaped
+
+
 HELD_TEARDOWN = """\
 import ctypes
 
