@@ -281,7 +281,8 @@ def test_ctrl_c_at_a_terminal_lets_every_rank_finish_its_handler(warm_env, tmp_p
     ran = ctrl_c_at_a_terminal([PYINIT, "run", "--nproc-per-node", "2", "--run-dir", str(run_dir),
                                 *options, "--", str(SAVE_ON_CTRL_C)], "ready", times=2,
                                **warm_env)  # fmt: skip
-    assert ran.output.count("saved\n") == 2 and ran.status == 130, ran.output[-3000:]
+    # The two ranks write to one terminal at once: their lines may interleave.
+    assert ran.output.count("saved") == 2 and ran.status == 130, ran.output[-3000:]
     log = (run_dir / "agent.log").read_text()
     closing = [line for line in log.splitlines() if "Closing process" in line]
     assert closing and all(line.endswith("via signal SIGINT") for line in closing), closing
