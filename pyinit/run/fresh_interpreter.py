@@ -63,20 +63,19 @@ def run_script(path: str) -> None:
     imports. A folder or zip archive with a ``__main__.py``, or compiled
     bytecode, goes through runpy."""
     full = os.path.join(os.getcwd(), path)
-    if os.path.isdir(full) or zipfile.is_zipfile(full):
-        runpy.run_path(full, run_name="__main__")
-        return
-    with open(full, "rb") as f:
-        source = f.read()
-    if source[:4] == importlib.util.MAGIC_NUMBER:
-        runpy.run_path(full, run_name="__main__")
-        return
-    code = compile(source, full, "exec", dont_inherit=True)
-    main = types.ModuleType("__main__")
-    loader = importlib.machinery.SourceFileLoader("__main__", full)
-    main.__dict__.update(__file__=full, __cached__=None, __builtins__=builtins, __loader__=loader)
-    sys.modules["__main__"] = main
-    exec(code, main.__dict__)
+    if not os.path.isdir(full) and not zipfile.is_zipfile(full):
+        with open(full, "rb") as f:
+            source = f.read()
+        if source[:4] != importlib.util.MAGIC_NUMBER:
+            code = compile(source, full, "exec", dont_inherit=True)
+            main = types.ModuleType("__main__")
+            loader = importlib.machinery.SourceFileLoader("__main__", full)
+            main.__dict__.update(__file__=full, __cached__=None, __builtins__=builtins,
+                                 __loader__=loader)  # fmt: skip
+            sys.modules["__main__"] = main
+            exec(code, main.__dict__)
+            return
+    runpy.run_path(full, run_name="__main__")
 
 
 def from_the_script(frames: types.TracebackType | None) -> types.TracebackType | None:
