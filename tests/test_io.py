@@ -705,6 +705,19 @@ def test_io_benchmark_runs_beside_fio(tmp_path, pyinit_bin):
         assert all(v["iops"] > 0 and v["p50_us"] > 0 for v in pattern.values())
     assert ("ratio" in proc.stdout) == ("fio" in tools)
     assert "p99.99 us" in proc.stdout.splitlines()[0]
+    # Each target beside fio's same pattern; a synchronous read_batch, which
+    # drains the queue at every call, has none.
+    said = json.loads(out.read_text())["targets"]
+    expected = {
+        "4k-randread-qd32-async IOPS / fio's", "4k-randread-qd32-async p50 / fio's",
+        "4k-randread-qd32-stream IOPS / fio's", "4k-randread-qd32-stream p50 / fio's",
+        "1m-read-qd4-stream GB/s / fio's",
+    } if "fio" in tools else set()  # fmt: skip
+    assert {row["target"] for row in said} == expected
+    for row in said:
+        verdict = "met" if row["met"] else "MISSED"
+        assert f"target {row['target']}: {row['ratio']:.2f}x" in proc.stdout
+        assert proc.stdout.count(row["target"]) == 1 and verdict in proc.stdout
 
 
 @pytest.mark.root

@@ -47,6 +47,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from pyinit import argtypes
 from pyinit.bench.io import best_sequential_read, check_room, drop_caches, exited
+from pyinit.bench.targets import print_targets, ratio_target
 from pyinit.errors import InputError
 from pyinit.extras import note_missing, require
 from pyinit.jsonfile import write_json
@@ -592,10 +593,7 @@ def targets(table: dict, staging: int, device: str,
             higher: bool = True) -> None:  # fmt: skip
         if ours is None or anchor is None or anchor <= 0:
             return
-        ratio = ours / anchor
-        met = ratio >= need if higher else ratio <= need
-        found.append({"target": name, "ratio": round(ratio, 3), "need": need,
-                      "at_least": higher, "met": met})  # fmt: skip
+        found.append(ratio_target(name, ours, anchor, need, higher))
 
     def rate(op: str, tool: str) -> float | None:
         cell = table.get(op, {}).get(tool)
@@ -728,10 +726,7 @@ def main(args: argparse.Namespace) -> int:
     if first is not None:
         print(f"background save: the first blocked {first:.3f} s (it pins its snapshot memory)")
     print(f"staging: {human_bytes(staging.staging_bytes())}")
-    for row in met:
-        verdict = "met" if row["met"] else "MISSED"
-        sense = ">=" if row["at_least"] else "<="
-        print(f"target {row['target']}: {row['ratio']:.2f}x ({sense} {row['need']}) {verdict}")
+    print_targets(met)
     document = {"machine": args.machine, "date": time.strftime("%Y-%m-%d"),
                 "folder": str(folder), "device": args.device, "bytes": size, "tensors": count,
                 "rounds": args.rounds, "ranks": args.ranks,

@@ -48,6 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from pyinit import _native, argtypes
+from pyinit.bench.targets import print_targets, ratio_target
 from pyinit.errors import InputError
 from pyinit.extras import note_missing
 from pyinit.io import DirectReader
@@ -443,6 +444,31 @@ def print_table(table: dict[str, dict[str, dict[str, float]]]) -> None:
             print(f"{pattern if tool != 'ratio' else '':24} {tool:7} {cells}")
 
 
+def targets(table: dict[str, dict[str, dict[str, float]]],
+            patterns: list[Pattern]) -> list[dict]:  # fmt: skip
+    """The issue's targets that this run's table answers, each against fio's
+    same pattern. A synchronous `read_batch` has none: it returns when its
+    slowest read does, so the queue drains at every call; back to back, a
+    loader keeps it full with `read_batch_async` (the "async" rows)."""
+    found = []
+    for pattern in patterns:
+        tools = table.get(pattern.name, {})
+        if "fio" not in tools or "pyinit" not in tools:
+            continue
+        ours, fio = tools["pyinit"], tools["fio"]
+        wanted = []  # (what, our figure, fio's, need, at least)
+        random_at_depth = pattern.rw == "randread" and pattern.block_size == 4096
+        if random_at_depth and pattern.depth >= 32 and pattern.api != "batch":
+            wanted.append(("IOPS", ours["iops"], fio["iops"], 1.0, True))
+            if pattern.jobs == 1 and pattern.api in ("async", "stream"):
+                wanted.append(("p50", ours["p50_us"], fio["p50_us"], 1.1, False))
+        elif pattern.rw == "read" and pattern.block_size == 1 << 20 and pattern.depth == 4:
+            wanted.append(("GB/s", ours["gb_s"], fio["gb_s"], 1.0, True))
+        found += [ratio_target(f"{pattern.name} {what} / fio's", mine, theirs, need, higher)
+                  for what, mine, theirs, need, higher in wanted if theirs > 0]  # fmt: skip
+    return found
+
+
 def plot(document: dict, path: Path) -> bool:
     plt = pyplot()
     if plt is None:
@@ -520,11 +546,14 @@ def main(args: argparse.Namespace) -> int:
         print("pyinit bench io: page cache not dropped (needs root)", file=sys.stderr)
     table = summarize(results)
     print_table(table)
+    met = targets(table, patterns)
+    print_targets(met)
     kind = f"loop device over a {human_bytes(args.loop)} file" if args.loop else target
     document = {"machine": args.machine, "date": time.strftime("%Y-%m-%d"), "target_kind": kind,
                 "runtime_s": args.runtime, "rounds": args.rounds, "backend": args.backend,
                 "page_cache_dropped": dropped, "fio": fio_version() if fio else None,
-                "results": [r.fio_json() for r in results], "table": table}  # fmt: skip
+                "results": [r.fio_json() for r in results], "table": table,
+                "targets": met}  # fmt: skip
     out = write_json(Path(args.out) / "io.json", document, indent=2)
     png = out.with_suffix(".png")
     print(f"wrote {out}" + (f" and {png}" if plot(document, png) else ""))
