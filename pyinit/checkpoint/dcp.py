@@ -104,7 +104,11 @@ METADATA_GLOBALS = frozenset({
 SUFFIX = ".distcp"
 DCP_VERSION = "1.0.0"  # the layout version FileSystemWriter writes
 COPY_AHEAD = 256 << 20  # device bytes copied to the host ahead of the writes
-READ_THREADS = 2  # rank files read at once
+# Runs read at once, each by a thread that then checks, deserialises and copies
+# it: with two, both were often past their read at the same moment and the
+# disk idled (a 2 GiB load to an H200, 1.29 GB/s against 1.66 for the same
+# bytes through checkpoint.load).
+READ_THREADS = 4
 
 
 def staging_folder(path: str) -> str:
@@ -414,7 +418,7 @@ def _identity(stat: os.stat_result) -> tuple[int, ...]:
 
 class DirectStorageReader(_Folder, StorageReader):
     """DCP's StorageReader: each rank reads the byte ranges its plan names
-    with O_DIRECT, in runs of up to 32 MiB, two files at a time, and checks
+    with O_DIRECT, in runs of up to 16 MiB, four at a time, and checks
     each item against the CRC-32C the writer recorded (a checkpoint that
     FileSystemWriter wrote has none: its items are read unchecked)."""
 
