@@ -457,8 +457,8 @@ def targets(table: dict[str, dict[str, dict[str, float]]],
             continue
         ours, fio = tools["pyinit"], tools["fio"]
         wanted = []  # (what, our figure, fio's, need, at least)
-        random_at_depth = pattern.rw == "randread" and pattern.block_size == 4096
-        if random_at_depth and pattern.depth >= 32 and pattern.api != "batch":
+        random_4k = pattern.rw == "randread" and pattern.block_size == 4096
+        if random_4k and pattern.depth >= 32 and pattern.api != "batch":
             wanted.append(("IOPS", ours["iops"], fio["iops"], 1.0, True))
             if pattern.jobs == 1 and pattern.api in ("async", "stream"):
                 wanted.append(("p50", ours["p50_us"], fio["p50_us"], 1.1, False))

@@ -7,7 +7,7 @@ from typing import Any
 
 
 def ratio_target(name: str, ours: float, anchor: float, need: float,
-           at_least: bool = True) -> dict[str, Any]:  # fmt: skip
+                 at_least: bool = True) -> dict[str, Any]:  # fmt: skip
     """Our figure over the anchor's, against `need` (a floor, or a ceiling
     where `at_least` is False)."""
     ratio = ours / anchor
