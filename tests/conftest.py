@@ -149,8 +149,8 @@ def ctrl_c_at_a_terminal(argv: list[str], ready: str, times: int = 1, timeout: f
                     break
                 output += chunk
     finally:
-        if time.monotonic() >= deadline:
-            os.kill(pid, signal.SIGKILL)
+        if time.monotonic() >= deadline:  # its job, the terminal's session leader's group
+            os.killpg(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
         os.close(fd)
     return TerminalRun(output.decode(errors="replace").replace("\r\n", "\n"),

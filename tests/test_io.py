@@ -716,8 +716,9 @@ def test_io_benchmark_runs_beside_fio(tmp_path, pyinit_bin):
     assert {row["target"] for row in said} == expected
     for row in said:
         verdict = "met" if row["met"] else "MISSED"
-        assert f"target {row['target']}: {row['ratio']:.2f}x" in proc.stdout
-        assert proc.stdout.count(row["target"]) == 1 and verdict in proc.stdout
+        sense = ">=" if row["at_least"] else "<="
+        line = f"target {row['target']}: {row['ratio']:.2f}x ({sense} {row['need']}) {verdict}"
+        assert proc.stdout.splitlines().count(line) == 1, proc.stdout
 
 
 @pytest.mark.root
