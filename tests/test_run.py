@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -95,18 +96,24 @@ def test_a_script_that_exits_3_gives_3(pyinit_bin, tmp_path):
     assert list((tmp_path / "torchrun").glob("*/attempt_0"))
 
 
+# Rank 1 leaves after one all-reduce (status 0: torchrun keeps the group
+# running); rank 0's next all-reduce fails in gloo's transport.
+LEAVES = """\
+import os, torch, torch.distributed as dist
+dist.init_process_group('gloo')
+t = torch.ones(1)
+dist.all_reduce(t)
+if dist.get_rank() == 1:
+    os._exit(0)
+dist.all_reduce(t)
+"""
+
+
 def test_a_rank_whose_peer_went_away_says_so_in_one_line(pyinit_bin, tmp_path):
-    """Rank 1 leaves after one all-reduce (status 0: torchrun keeps the group
-    running); rank 0's next all-reduce fails in gloo's transport. That rank
-    is a casualty: one line on the terminal, its traceback in the run folder."""
+    """Rank 0 is a casualty: one line on the terminal, its traceback in the
+    run folder."""
     script = tmp_path / "leaves.py"
-    script.write_text(
-        "import os, torch, torch.distributed as dist\n"
-        "dist.init_process_group('gloo')\n"
-        "t = torch.ones(1)\ndist.all_reduce(t)\n"
-        "if dist.get_rank() == 1:\n    os._exit(0)\n"
-        "dist.all_reduce(t)\n"
-    )
+    script.write_text(LEAVES)
     result = pyinit_run(pyinit_bin, "--nproc-per-node", "2", "--run-dir", tmp_path, "--", script)
     assert result.returncode == 1, result.stderr[-2000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
@@ -118,6 +125,38 @@ def test_a_rank_whose_peer_went_away_says_so_in_one_line(pyinit_bin, tmp_path):
     text = saved.read_text()
     assert text.startswith("Traceback") and "all_reduce" in text and "leaves.py" in text
     assert "pyinit run: rank 0 failed first (pid " in result.stderr
+
+
+def test_each_line_of_ours_is_one_write_even_unbuffered(pyinit_bin, tmp_path):
+    """With PYTHONUNBUFFERED, print() writes a line and its newline apart: a
+    rank killed between them left its line open and the launcher's next line
+    was glued to it. A packet pipe keeps each write apart, so the test sees
+    every write of the ranks and the launcher as it was made."""
+    script = tmp_path / "leaves.py"
+    script.write_text(LEAVES)
+    read_end, write_end = os.pipe2(os.O_DIRECT)
+    writes: list[bytes] = []
+
+    def drain() -> None:  # a packet pipe holds 16 writes: read them as they come
+        while chunk := os.read(read_end, 65536):
+            writes.append(chunk)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    try:
+        proc = subprocess.run([pyinit_bin, "run", "--nproc-per-node", "2", "--run-dir", tmp_path,
+                               "--", script], stdout=subprocess.DEVNULL, stderr=write_end,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=240)  # fmt: skip
+    finally:
+        os.close(write_end)
+        reader.join(60)
+        os.close(read_end)
+    assert proc.returncode == 1
+    ours = [w.decode() for w in writes if b"pyinit run:" in w]
+    assert any(w.startswith("pyinit run: rank 0: a collective failed") for w in ours), ours
+    assert any(w.startswith("pyinit run: rank 0 failed first") for w in ours), ours
+    for w in ours:
+        assert w.startswith("pyinit run: ") and w.endswith("\n") and w.count("\n") == 1, ours
 
 
 def test_only_a_backend_s_word_for_a_lost_peer_makes_a_rank_a_casualty(tmp_path):

@@ -50,6 +50,7 @@ from typing import Any
 from pyinit.jsonfile import write_bytes
 from pyinit.run.pattern_setup import setups_done
 from pyinit.runlog.events import boottime
+from pyinit.say import say
 
 # Where a worker finds the portable caches' file (set by pyinit run), and its name.
 COMPILE_CACHE_ENV, COMPILE_CACHE_FILE = "PYINIT_COMPILE_CACHE_FILE", "compile-cache.bin"
@@ -204,7 +205,7 @@ def load_portable(path: Path, event: Callable[..., None]) -> None:
         event("compile cache", path=str(path), loaded=False, error=error.strerror or str(error))
         return
     if why:
-        print(f"pyinit run: not loading {path}: {why}", file=sys.stderr, flush=True)
+        say(f"pyinit run: not loading {path}: {why}")
         event("compile cache", path=str(path), loaded=False, error=why)
         return
     import torch

@@ -46,6 +46,7 @@ from pyinit.run.warm import client, protocol
 from pyinit.runlog.events import RUN_DIR_ENV, EventLog, boottime, process_start
 from pyinit.runlog.progress import TEARDOWN_S, teardown_path
 from pyinit.runlog.steps import FOLDER as STEPS_FOLDER
+from pyinit.say import say
 
 # What the core's supervisor takes: the signals it forwards, and SIGCHLD.
 SUPERVISED = {*protocol.FORWARDED, signal.SIGCHLD}
@@ -202,12 +203,12 @@ def prepare(config: RunConfig, nodes: Nodes, folder: Path, log: EventLog,
     problems, gpus = node.problems, node.gpus
     for p in problems:
         if p.severity != "info":
-            print(f"pyinit run: preflight {p.severity} {p.code} {p.device}: {p.message}", file=out)
+            say(f"pyinit run: preflight {p.severity} {p.code} {p.device}: {p.message}", out)
     log.write("preflight", mode=config.preflight, gpus=gpus, topology=node.source,
               problems=[asdict(p) for p in problems])  # fmt: skip
     if config.preflight == "strict" and any(p.severity == "error" for p in problems):
         log.write("end", status=EXIT_FAILURE, reason="preflight errors (strict)")
-        print("pyinit run: preflight found errors; not starting (--preflight strict)", file=out)
+        say("pyinit run: preflight found errors; not starting (--preflight strict)", out)
         return None
     nproc = config.nproc or gpus or min(os.cpu_count() or 1, 8)
     env = dict(os.environ, PYINIT_NODE_RANK=str(nodes.rank))
@@ -312,11 +313,11 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
         joins = None
         if liveness is not None:
 
-            def say(line: str) -> None:
-                print(f"pyinit run: {line}", file=out, flush=True)
+            def say_waiting(line: str) -> None:
+                say(f"pyinit run: {line}", out)
 
             joins = JoinWatch(plan.status_dir / store.JOINED_FILE, liveness, nodes.addresses,
-                              nodes.rank, config.join_timeout, say)  # fmt: skip
+                              nodes.rank, config.join_timeout, say_waiting)  # fmt: skip
             liveness.joined = joins.has_joined
             joins.start()
 
@@ -341,8 +342,8 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
             except client.Interrupted as interrupted:
                 on_signal(interrupted.signal)
                 code = 128 + interrupted.signal
-                print(f"pyinit run: {interrupted} while the warm interpreter imported: nothing "
-                      "was started", file=out)  # fmt: skip
+                say(f"pyinit run: {interrupted} while the warm interpreter imported: nothing "
+                    "was started", out)  # fmt: skip
         if warm is not None:
             code, warm_ended = _relay(warm, forwarded, on_signal, on_tick, log, out)
         elif code is None:
@@ -377,14 +378,14 @@ def _relay(warm: client.WarmLaunch, forwarded: list[int], on_signal: Any, on_tic
         escalates = sig in client.ESCALATING and not any(s in client.ESCALATING for s in forwarded)
         on_signal(sig)
         then = f"; KILL in {GUARD_GRACE_S:g} s if it has not ended" if escalates else ""
-        print(f"pyinit run: forwarded {name} to torchrun's agent (pid {warm.agent_pid}){then}",
-              file=out, flush=True)  # fmt: skip
+        say(f"pyinit run: forwarded {name} to torchrun's agent (pid {warm.agent_pid}){then}",
+            out)  # fmt: skip
 
     try:
         code = client.relay(warm, sorted(SUPERVISED - {signal.SIGCHLD}), on_warm_signal, on_tick,
                             tick_s=0.25, grace_s=GUARD_GRACE_S)  # fmt: skip
     except client.WarmEnded as ended:
-        print(f"pyinit run: {ended}", file=out)
+        say(f"pyinit run: {ended}", out)
         log.write("warm_ended", reason=str(ended))
         return EXIT_FAILURE, str(ended)
     return code, ""
@@ -399,7 +400,7 @@ def _hand_over(plan: Plan, out: IO[str]) -> client.WarmLaunch | None:
     warm = client.hand_over(plan.command[len(AGENT_START) :], env, plan.preloads, store_fd,
                             store.FD_ENV, _taken_stop)  # fmt: skip
     if isinstance(warm, str):
-        print(f"pyinit run: starting cold: {warm}", file=out)
+        say(f"pyinit run: starting cold: {warm}", out)
         plan.log.write("warm", used=False, reason=warm)
         return None
     if warm is not None:
@@ -436,18 +437,18 @@ def _start_warm(config: RunConfig, log: EventLog, out: IO[str]) -> None:
         code, said = client.start(config.preloads, protocol.DEFAULT_IDLE_TIMEOUT_S,
                                   wait_ready=False, until_compiled=True)  # fmt: skip
         if code:
-            print(f"pyinit run: no warm interpreter for the next launch: {said}", file=out)
+            say(f"pyinit run: no warm interpreter for the next launch: {said}", out)
             return
         log.write("warm_started", asked=config.leave_warm == "asked")
         noted = protocol.folder() / protocol.NOTED_NAME
         if config.leave_warm == "asked":
-            print("pyinit run: a warm interpreter is starting for this launch and the next "
-                  "(pyinit warm status)", file=out)  # fmt: skip
+            say("pyinit run: a warm interpreter is starting for this launch and the next "
+                "(pyinit warm status)", out)  # fmt: skip
         elif not noted.exists():
             idle = protocol.DEFAULT_IDLE_TIMEOUT_S / 60
-            print(f"pyinit run: a warm interpreter stays on this node for the next launch, "
-                  f"until {idle:g} min without one (pyinit warm stop ends it; --cold or "
-                  f"PYINIT_WARM=off never use one)", file=out, flush=True)  # fmt: skip
+            say(f"pyinit run: a warm interpreter stays on this node for the next launch, "
+                f"until {idle:g} min without one (pyinit warm stop ends it; --cold or "
+                f"PYINIT_WARM=off never use one)", out)  # fmt: skip
             noted.touch()
     except (OSError, ValueError):
         pass  # a folder or socket that cannot be used: the handoff says so, once
@@ -475,26 +476,26 @@ def conclude(plan: Plan, outcome: Outcome, out: IO[str]) -> int:
                               "peer_stalls": stalls.peer_stalls, "failures": failures}  # fmt: skip
     if failures and not forwarded and status not in (0, EXIT_STALLED):
         first = failures[0]
-        print(f"pyinit run: rank {first['rank']} failed first ({_how(first)})", file=out)
+        say(f"pyinit run: rank {first['rank']} failed first ({_how(first)})", out)
     hung = [r["rank"] for r in failures if _written(teardown_path(plan.status_dir, r["rank"]))]
     if hung:
         fields["teardown_hung"] = hung
     for rank in hung:
-        print(f"pyinit run: rank {rank} failed and its interpreter did not end within "
-              f"{TEARDOWN_S:g} s; it was ended (its threads then: "
-              f"{teardown_path(plan.status_dir, rank)})", file=out)  # fmt: skip
+        say(f"pyinit run: rank {rank} failed and its interpreter did not end within "
+            f"{TEARDOWN_S:g} s; it was ended (its threads then: "
+            f"{teardown_path(plan.status_dir, rank)})", out)  # fmt: skip
     joins = outcome.joins
     if status != 0 and joins is not None and not joins.has_joined() and not forwarded:
         missing = joins.missing()
         fields["not_joined"] = missing
         who = ", ".join(missing) if missing else "every node"
-        print(f"pyinit run: {who} did not join within {config.join_timeout:g} s "
-              "(--join-timeout)", file=out)  # fmt: skip
+        say(f"pyinit run: {who} did not join within {config.join_timeout:g} s "
+            "(--join-timeout)", out)  # fmt: skip
     elif status != 0 and liveness is not None:
         lost = liveness.unreachable(nodes.addresses, nodes.rank)
         fields["unreachable_nodes"] = [{"rank": r, "address": nodes.addresses[r]} for r in lost]
         for r in lost:
-            print(f"pyinit run: node {r} ({nodes.addresses[r]}) is gone", file=out)
+            say(f"pyinit run: node {r} ({nodes.addresses[r]}) is gone", out)
     if outcome.warm_ended:
         fields["warm_ended"] = outcome.warm_ended
     log.write("end", **fields)
@@ -507,9 +508,9 @@ def conclude(plan: Plan, outcome: Outcome, out: IO[str]) -> int:
         # No worker failed: the agent did, before or between them; its last word says why.
         said = _last_line(details)
         if said:
-            print(f"pyinit run: torchrun's agent failed: {said}", file=out)
+            say(f"pyinit run: torchrun's agent failed: {said}", out)
     where = f"; torchrun's own log: {details}" if status != 0 and details.exists() else ""
-    print(f"pyinit run: exited with status {status}{where}", file=out)
+    say(f"pyinit run: exited with status {status}{where}", out)
     return status
 
 
@@ -571,7 +572,7 @@ def _nccl_tuning(node: Any, env: Mapping[str, str], log: EventLog, out: IO[str])
         if tuning is not None:
             return tuning, why
     if len(node.nvml.gpus) > 1:
-        print(f"pyinit run: NCCL tuning not used: {why}", file=out)
+        say(f"pyinit run: NCCL tuning not used: {why}", out)
     log.write("nccl_tuning", used=False, reason=why)
     return None, ""
 

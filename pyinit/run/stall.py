@@ -35,6 +35,7 @@ from typing import IO
 from pyinit.run.flight_recorder import FlightRecorder, Traced
 from pyinit.runlog.events import EventLog, boottime, process_alive
 from pyinit.runlog.progress import STACK_SIGNAL, Progress, read_progress, stack_path
+from pyinit.say import say
 
 STACK_WAIT_S = 2.0
 FLIGHT_RECORDER_WAIT_S = 10.0
@@ -170,8 +171,8 @@ class StallWatch:
                            for c in verdict.get("causes", []) if isinstance(c, dict))  # fmt: skip
         self.peer_stalls += 1
         self._log.write("peer_stall", peer=verdict)
-        print(f"pyinit run: stall on node {verdict.get('node')}: "
-              f"{causes or 'no cause found there'}", file=self._out)  # fmt: skip
+        say(f"pyinit run: stall on node {verdict.get('node')}: "
+            f"{causes or 'no cause found there'}", self._out)  # fmt: skip
         self._kill(self._live())
 
     def _start(self, live: list[Progress], stalled: list[Progress], now: float) -> None:
@@ -243,7 +244,7 @@ class StallWatch:
             doing = (f"waiting in {place.collective} at {place.frame}" if place and place.collective
                      else f"at {place.frame}" if place else "stack unavailable")  # fmt: skip
             idle = now - p.last_step
-            print(f"pyinit run: stall: rank {p.rank} (node {self._node}) made no step for "
-                  f"{idle:.1f} s after step {p.steps}, {doing}", file=self._out)  # fmt: skip
-        print(f"pyinit run: stall: stacks in {g.folder}; ending the worker group", file=self._out)
+            say(f"pyinit run: stall: rank {p.rank} (node {self._node}) made no step for "
+                f"{idle:.1f} s after step {p.steps}, {doing}", self._out)  # fmt: skip
+        say(f"pyinit run: stall: stacks in {g.folder}; ending the worker group", self._out)
         self._kill(g.live)

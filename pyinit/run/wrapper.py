@@ -66,6 +66,7 @@ from pyinit.runlog.progress import (
     traceback_path,
 )
 from pyinit.runlog.steps import StepLog, steps_path
+from pyinit.say import say
 
 
 def _record(status_dir: Path, code: int) -> None:
@@ -77,8 +78,8 @@ def _record(status_dir: Path, code: int) -> None:
     try:
         write_json(status_dir / f"rank-{rank}.json", record, indent=None)
     except OSError as error:
-        print(f"pyinit run: rank {rank}'s exit status {code} is not recorded: "
-              f"{error.strerror or error}", file=sys.stderr, flush=True)  # fmt: skip
+        say(f"pyinit run: rank {rank}'s exit status {code} is not recorded: "
+            f"{error.strerror or error}")  # fmt: skip
     if code != 0:
         _bound_teardown(status_dir, rank)
 
@@ -102,8 +103,7 @@ def _run_program(argv: list[str]) -> int:
     seven signals forwarded, every child reaped, its status as a shell gives
     it (128+N for signal N, 127 not found). This worker runs no thread of its
     own, so the signals the supervisor waits for are blocked in all of them."""
-    return _native.supervise(argv, {}, on_log=lambda line: print(f"pyinit run: {line}",
-                                                                 file=sys.stderr))  # fmt: skip
+    return _native.supervise(argv, {}, on_log=lambda line: say(f"pyinit run: {line}"))
 
 
 def attempt_store(dist: Any, args: tuple, kwargs: dict[str, Any]) -> None:
@@ -435,8 +435,7 @@ def main() -> None:
     try:
         (Path(status_dir) / f"attempt-{attempt}").touch()
     except OSError as error:  # a full disk: pyinit run misses this restart's mark, training goes on
-        print(f"pyinit run: attempt {attempt} is not marked: {error.strerror or error}",
-              file=sys.stderr, flush=True)  # fmt: skip
+        say(f"pyinit run: attempt {attempt} is not marked: {error.strerror or error}")
     rank, node = int(os.environ.get("RANK", "0")), int(os.environ.get("GROUP_RANK", "0"))
     log = EventLog.for_run(rank=rank, node=node, attempt=attempt)
     marks = None
@@ -479,7 +478,7 @@ def main() -> None:
         if line is None:
             line = peer_gone_line(error, traceback_path(Path(status_dir), rank))
         if line is not None:
-            print(f"pyinit run: rank {rank}: {line}", file=sys.stderr, flush=True)
+            say(f"pyinit run: rank {rank}: {line}")
         else:
             # The script's own traceback, on the terminal as without us: a worker forked
             # by torchrun would otherwise hand it to the agent, whose log keeps it. (Not
@@ -580,7 +579,7 @@ def _finish_saves() -> bool:
         return False
     failures = checkpoint.wait_pending()
     for line in failures:
-        print(f"pyinit run: {line}", file=sys.stderr, flush=True)
+        say(f"pyinit run: {line}")
     return bool(failures)
 
 

@@ -16,13 +16,13 @@ from __future__ import annotations
 import errno
 import json
 import os
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from pyinit.phases import boottime
+from pyinit.say import say
 
 FILE_NAME = "events.jsonl"
 # Where pyinit run tells its agent and workers to write (the run's folder).
@@ -84,8 +84,8 @@ class EventLog:
             except OSError as error:
                 # The one line that says so; `pyinit report` names a log that ends early.
                 self._lost = True
-                print(f"pyinit run: {self.path}: events stop here: {error.strerror or error}; "
-                      "training goes on", file=sys.stderr, flush=True)  # fmt: skip
+                say(f"pyinit run: {self.path}: events stop here: {error.strerror or error}; "
+                    "training goes on")  # fmt: skip
 
     def phase(self, name: str, start: float, end: float, **fields: Any) -> None:
         """A step of the run, from `start` to `end` on CLOCK_BOOTTIME."""

@@ -23,13 +23,13 @@ import mmap
 import os
 import signal
 import struct
-import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from pyinit.runlog.events import boottime
+from pyinit.say import say
 
 LAYOUT = struct.Struct("<qqdd")
 # A real-time signal: scripts rarely use them, unlike USR1/USR2.
@@ -81,8 +81,8 @@ class ProgressWriter:
             self._map = mmap.mmap(fd, LAYOUT.size)
         except OSError as error:
             # Bookkeeping never stops training: the counts stay in this process.
-            print(f"pyinit run: {path}: {error.strerror or error}; the stall watch cannot see "
-                  "this rank", file=sys.stderr, flush=True)  # fmt: skip
+            say(f"pyinit run: {path}: {error.strerror or error}; the stall watch cannot see "
+                "this rank")  # fmt: skip
             self._map = mmap.mmap(-1, LAYOUT.size)
         finally:
             os.close(fd)

@@ -19,12 +19,12 @@ import contextlib
 import errno
 import os
 import struct
-import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 from pyinit.runlog.events import EventLog
+from pyinit.say import say
 
 RECORD = struct.Struct("<qqddd")  # attempt, step, end, data wait, checkpoint (seconds)
 FOLDER = "steps"
@@ -92,8 +92,8 @@ class StepLog:
         empty file whose name says it: a full disk still takes a name (no data
         block), where an event in the log would be lost too."""
         self._lost_from = self._steps
-        print(f"pyinit run: step records of {self.path} stop at step {self._steps - 1}: "
-              f"{reason}; training goes on", file=sys.stderr, flush=True)  # fmt: skip
+        say(f"pyinit run: step records of {self.path} stop at step {self._steps - 1}: "
+            f"{reason}; training goes on")  # fmt: skip
         marker = lost_marker(self.path, self._attempt, self._steps)
         with contextlib.suppress(OSError):
             os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))

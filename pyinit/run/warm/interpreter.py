@@ -31,6 +31,7 @@ from pyinit.run.preload import (
 from pyinit.run.warm import protocol
 from pyinit.run.warm.deferred import StepImport
 from pyinit.runlog.events import boottime, process_start
+from pyinit.say import say as say_line
 
 if TYPE_CHECKING:
     import subprocess
@@ -49,7 +50,7 @@ class Spare:
 
 
 def say(line: str) -> None:
-    print(f"pyinit warm: {line}", file=sys.stderr, flush=True)
+    say_line(f"pyinit warm: {line}")
 
 
 class Warm:

@@ -26,6 +26,7 @@ from pyinit import _native, bytecode
 from pyinit.process_end import exit_now, flush_stdio
 from pyinit.run.warm import protocol
 from pyinit.runlog.events import boottime
+from pyinit.say import say
 
 # What the warm interpreter and each keeper wait for besides their sockets.
 WAITED = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -194,7 +195,7 @@ def _run(main: Any) -> int:
             return 0
         if isinstance(done.code, int):
             return done.code
-        print(done.code, file=sys.stderr)
+        say(str(done.code))
         return 1
     except KeyboardInterrupt:
         # As the interpreter does: end by SIGINT itself, for the shell's 130.
