@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 
 from pyinit import private_folder
 from pyinit.errors import InputError
+from pyinit.say import say
 
 if TYPE_CHECKING:
     import subprocess
@@ -103,8 +104,7 @@ def use(environ: MutableMapping[str, str] = os.environ) -> Path | None:
         if private_folder.checked(cache, create=False, what=WHAT) is None:
             return None
     except PermissionError as error:
-        print(f"pyinit: {error.filename}: {error.strerror}; compiling from source",
-              file=sys.stderr)  # fmt: skip
+        say(f"pyinit: {error.filename}: {error.strerror}; compiling from source")
         return None
     if not ready_mark(cache).exists():
         return None

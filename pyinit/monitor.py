@@ -35,6 +35,7 @@ from typing import IO, Any
 from pyinit.errors import InputError
 from pyinit.health.xid import ACTIONS, CATALOG, classify
 from pyinit.jsonfile import load_json, read_input_text
+from pyinit.say import say
 
 SECTOR_BYTES = 512
 
@@ -449,15 +450,15 @@ class Outputs:
             if self.once:
                 raise OSError(e.errno, e.strerror, path) from e
             if path not in self.lost:
-                print(f"pyinit monitor: {path}: {e.strerror or e}; samples are not written "
-                      "there until it takes them again", file=sys.stderr)  # fmt: skip
+                say(f"pyinit monitor: {path}: {e.strerror or e}; samples are not written "
+                    "there until it takes them again")  # fmt: skip
                 self.lost[path] = 0
             self.lost[path] += 1
             return
         lost = self.lost.pop(path, 0)
         if lost:
-            print(f"pyinit monitor: {path}: written again ({lost} sample"
-                  f"{'s were' if lost > 1 else ' was'} not)", file=sys.stderr)  # fmt: skip
+            say(f"pyinit monitor: {path}: written again ({lost} sample"
+                f"{'s were' if lost > 1 else ' was'} not)")  # fmt: skip
 
 
 class LiveTable:
@@ -531,8 +532,8 @@ def watch(args: Any, nvml_backend: Any = None, out: IO[str] | None = None) -> in
         raise InputError(f"--webhook {redact_url(args.webhook)}: expected an http(s) URL")
     monitor = Monitor(nvml_backend, args.sys_block, thresholds)
     if monitor.gpus.unavailable:
-        print(f"pyinit monitor: GPU metrics unavailable ({monitor.gpus.unavailable}); "
-              "block devices only", file=sys.stderr)  # fmt: skip
+        say(f"pyinit monitor: GPU metrics unavailable ({monitor.gpus.unavailable}); "
+            "block devices only")  # fmt: skip
     metrics = Metrics() if (args.prometheus or args.textfile) else None
     server = metrics.serve(args.prometheus) if metrics and args.prometheus else None
     webhook = Webhook(args.webhook, headers, sys.stderr) if args.webhook else None

@@ -11,7 +11,6 @@ carry on from sysfs alone.
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pyinit.quiet_thread import start_quiet
+from pyinit.say import say
 
 # What health() reports: ECC mode, uncorrected ECC errors since the driver
 # loaded, and row remapping (HBM parts: rows remapped for uncorrectable errors,
@@ -471,7 +471,7 @@ def optional_view(args: Any) -> NvmlView | None:
     try:
         return read_nvml(backend_for(args))
     except NvmlUnavailable as e:
-        print(f"pyinit: NVML unavailable ({e}); working from sysfs alone", file=sys.stderr)
+        say(f"pyinit: NVML unavailable ({e}); working from sysfs alone")
         return None
 
 

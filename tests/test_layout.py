@@ -140,10 +140,12 @@ def test_help_imports_no_command():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = ast.literal_eval(out.stdout.strip().splitlines()[-1])
-    # The bytecode cache is looked at before any command's imports (pyinit.bytecode),
-    # and a stop signal is taken before them too (pyinit.termination).
+    # The bytecode cache is looked at before any command's imports (pyinit.bytecode,
+    # which says in one line when it cannot be), and a stop signal is taken before them
+    # too (pyinit.termination).
     assert loaded == ["pyinit.bytecode", "pyinit.cli", "pyinit.errors", "pyinit.extras",
-                      "pyinit.private_folder", "pyinit.termination"], loaded  # fmt: skip
+                      "pyinit.private_folder", "pyinit.say",
+                      "pyinit.termination"], loaded  # fmt: skip
 
 
 def test_no_help_page_imports_torch():

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,6 +16,7 @@ from pyinit import _native
 from pyinit.errors import InputError
 from pyinit.jsonfile import read_input
 from pyinit.pci_scan import scan_native
+from pyinit.say import say
 
 if TYPE_CHECKING:  # the tables' module (statistics, hashing) only when a tuning is made,
     from pyinit.nccl.tuning import Tuning  # NVML's only when its view is read
@@ -173,5 +173,5 @@ def tune(
         store(tuning, cache)
     except OSError as e:
         # The measurement stands for this run; only the next boot measures again.
-        print(f"pyinit nccl: not cached ({e.filename}: {e.strerror})", file=sys.stderr)
+        say(f"pyinit nccl: not cached ({e.filename}: {e.strerror})")
     return tuning, False
