@@ -590,22 +590,25 @@ def targets(table: dict, staging: int, device: str,
     found = []
 
     def add(name: str, ours: float | None, anchor: float | None, need: float,
-            higher: bool = True) -> None:  # fmt: skip
+            higher: bool = True, device_best: float | None = None) -> None:  # fmt: skip
         if ours is None or anchor is None or anchor <= 0:
             return
-        found.append(ratio_target(name, ours, anchor, need, higher))
+        found.append(ratio_target(name, ours, anchor, need, higher, device_best))
 
     def rate(op: str, tool: str) -> float | None:
         cell = table.get(op, {}).get(tool)
         return cell["gb_s"] if cell else None
 
+    # A load's floor over another reader is bounded by the disk's best read.
+    disk = rate("load", "fio best read")
     loads = [rate("load", t) for t in ("safetensors", "fastsafetensors")]
     best = max((x for x in loads if x), default=None)
     if device.startswith("cuda"):
-        add("load / best of safetensors and fastsafetensors", rate("load", "pyinit"), best, 1.3)
+        add("load / best of safetensors and fastsafetensors", rate("load", "pyinit"), best, 1.3,
+            device_best=disk)  # fmt: skip
     else:  # cold, tensors touched; a loop image read through the page cache: 1.0
         add("load / safetensors load_file", rate("load", "pyinit"), rate("load", "safetensors"),
-            1.0 if page_cache_backed else 1.5)  # fmt: skip
+            1.0 if page_cache_backed else 1.5, device_best=disk)  # fmt: skip
     setting = table.get("load", {}).get("fio best read", {}).get("setting", "")
     add(f"load / fio's best sequential read ({setting})", rate("load", "pyinit"),
         rate("load", "fio best read"), 0.95)  # fmt: skip
@@ -623,7 +626,8 @@ def targets(table: dict, staging: int, device: str,
     copy = table.get("save", {}).get("d2h copy", {}).get("seconds")
     add("background save's block / device-to-host copy", background, copy, 1.0, higher=False)
     add("DCP save / FileSystemWriter", rate("dcp", "pyinit save"), rate("dcp", "torch save"), 1.5)
-    add("DCP load / FileSystemReader", rate("dcp", "pyinit load"), rate("dcp", "torch load"), 1.5)
+    add("DCP load / FileSystemReader", rate("dcp", "pyinit load"), rate("dcp", "torch load"), 1.5,
+        device_best=disk)  # fmt: skip
     for op in ("save", "load"):
         peak = table.get(op, {}).get("pyinit", {}).get("peak_host_bytes")
         # A CPU load's tensors are host memory themselves: only a device's is bounded.

@@ -6,18 +6,25 @@ from __future__ import annotations
 from typing import Any
 
 
-def ratio_target(name: str, ours: float, anchor: float, need: float,
-                 at_least: bool = True) -> dict[str, Any]:  # fmt: skip
+def ratio_target(name: str, ours: float, anchor: float, need: float, at_least: bool = True,
+                 device_best: float | None = None) -> dict[str, Any]:  # fmt: skip
     """Our figure over the anchor's, against `need` (a floor, or a ceiling
-    where `at_least` is False)."""
+    where `at_least` is False). `device_best` is the most the device gave
+    the same work in this run (fio's best read): a floor above it over the
+    anchor cannot be met by any reader, and the row says so."""
     ratio = ours / anchor
     met = ratio >= need if at_least else ratio <= need
-    return {"target": name, "ratio": round(ratio, 3), "need": need, "at_least": at_least,
-            "met": met}  # fmt: skip
+    row = {"target": name, "ratio": round(ratio, 3), "need": need, "at_least": at_least,
+           "met": met}  # fmt: skip
+    if at_least and device_best is not None and device_best / anchor < need:
+        row["device_allows"] = round(device_best / anchor, 3)
+    return row
 
 
 def print_targets(rows: list[dict[str, Any]]) -> None:
     for row in rows:
         verdict = "met" if row["met"] else "MISSED"
         sense = ">=" if row["at_least"] else "<="
-        print(f"target {row['target']}: {row['ratio']:.2f}x ({sense} {row['need']}) {verdict}")
+        allows = row.get("device_allows")
+        why = f" (above the device: its best read is {allows:.2f}x)" if allows else ""
+        print(f"target {row['target']}: {row['ratio']:.2f}x ({sense} {row['need']}) {verdict}{why}")
