@@ -391,7 +391,7 @@ def scan_topology(sysfs_root: str = '/sys', expect_gpus: typing.SupportsInt | ty
     """
 def supervise(command: collections.abc.Sequence[str], env: collections.abc.Mapping[str, str], grace_s: typing.SupportsFloat | typing.SupportsIndex = 10.0, on_signal: collections.abc.Callable | None = None, on_tick: collections.abc.Callable | None = None, tick_s: typing.SupportsFloat | typing.SupportsIndex = 0.0, on_log: collections.abc.Callable | None = None, parent_death_signal: typing.SupportsInt | typing.SupportsIndex = 0) -> int:
     """
-    Runs command as pod-init's supervisor does: TERM, INT, HUP, USR1, USR2, QUIT and WINCH forwarded (on_signal(signum) for each), every child reaped, KILL grace_s after a forwarded TERM or INT; on_tick() at least every tick_s. Block those signals in every thread first (signal.pthread_sigmask before starting threads). Returns the exit code: the status, 128+N for signal N, 127 not found, 126 not executable. parent_death_signal: sent to the command if this process dies, even by KILL.
+    Runs command as pod-init's supervisor does: TERM, INT, HUP, USR1, USR2, QUIT and WINCH forwarded (on_signal(signum) for each), every child reaped, KILL grace_s after a forwarded TERM or INT; on_tick() at least every tick_s. Block those signals in every thread first (signal.pthread_sigmask before starting threads). Returns the exit code: the status, 128+N for signal N, 127 not found, 126 not executable. parent_death_signal: sent to the command if this process dies, even by KILL. Words as bytes (os.fsencode) where they need not be UTF-8.
     """
 def tuning_table_rules(text: str, source: str) -> tuple[str, int, int, list]:
     """

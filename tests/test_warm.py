@@ -209,6 +209,25 @@ def test_warm_cold_and_spawned_runs_give_identical_losses_and_threads(warm_env, 
     assert answer["preloads"] == ["torch", "torch._dynamo"]
 
 
+def test_words_that_are_not_utf8_reach_the_script_as_python_gives_them(warm_env, tmp_path):
+    """An argument or a variable that is not UTF-8 (a file name in another
+    encoding) reaches the script's sys.argv and os.environ, cold and warm,
+    as ``python SCRIPT`` gives them: the launcher's supervisor took them for
+    a bug of its own."""
+    script = tmp_path / "words.py"
+    script.write_text("import os, sys\n"
+                      "print(ascii([os.fsencode(a) for a in sys.argv[1:]]), "
+                      "ascii(os.environb[b'NOT_UTF8']))\n")  # fmt: skip
+    env = {**warm_env, "NOT_UTF8": "caf\udce9"}
+    for kind, options in {"cold": ("--cold",), "warm": ()}.items():
+        result = subprocess.run([PYINIT, "run", "--nproc-per-node", "1", "--run-dir",
+                                 str(tmp_path / kind), *options, "--", str(script), "\udcff", "b"],
+                                env=env, capture_output=True, text=True, timeout=240)  # fmt: skip
+        assert result.returncode == 0, (kind, result.stderr[-3000:])
+        assert result.stdout.splitlines()[-1] == "[b'\\xff', b'b'] b'caf\\xe9'", kind
+    assert warm_event(tmp_path / "warm")["used"] is True
+
+
 EXIT_WORK = Path(__file__).parent / "data" / "exit_work.py"
 AGENT_EXIT = Path(__file__).parent / "data" / "agent_exit"
 

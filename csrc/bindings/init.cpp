@@ -56,7 +56,8 @@ void bind_init(py::module_& m) {
       "forwarded TERM or INT; on_tick() at least every tick_s. Block those signals in every "
       "thread first (signal.pthread_sigmask before starting threads). Returns the exit code: "
       "the status, 128+N for signal N, 127 not found, 126 not executable. "
-      "parent_death_signal: sent to the command if this process dies, even by KILL.");
+      "parent_death_signal: sent to the command if this process dies, even by KILL. Words as "
+      "bytes (os.fsencode) where they need not be UTF-8.");
 
   m.def(
       "die_with_parent",

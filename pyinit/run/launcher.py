@@ -347,8 +347,11 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
         if warm is not None:
             code, warm_ended = _relay(warm, forwarded, on_signal, on_tick, log, out)
         elif code is None:
+            # As bytes: an argument or a variable need not be UTF-8 (a surrogate escape).
             code = _native.supervise(
-                guarded(config.pod_init, plan.command), plan.env, grace_s=ESCALATE_AFTER_S,
+                [os.fsencode(word) for word in guarded(config.pod_init, plan.command)],
+                {os.fsencode(k): os.fsencode(v) for k, v in plan.env.items()},
+                grace_s=ESCALATE_AFTER_S,
                 on_signal=on_signal, on_tick=on_tick, tick_s=0.25,
                 on_log=lambda line: log.write("supervisor", message=line),
                 # Until pod-init has asked for its own parent-death signal, it dies with us.

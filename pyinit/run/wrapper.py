@@ -103,7 +103,8 @@ def _run_program(argv: list[str]) -> int:
     seven signals forwarded, every child reaped, its status as a shell gives
     it (128+N for signal N, 127 not found). This worker runs no thread of its
     own, so the signals the supervisor waits for are blocked in all of them."""
-    return _native.supervise(argv, {}, on_log=lambda line: say(f"pyinit run: {line}"))
+    return _native.supervise([os.fsencode(word) for word in argv], {},
+                             on_log=lambda line: say(f"pyinit run: {line}"))  # fmt: skip
 
 
 def attempt_store(dist: Any, args: tuple, kwargs: dict[str, Any]) -> None:
