@@ -3,6 +3,7 @@ pyinit run hands its agent to, and restarts that fork warm."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import itertools
 import json
@@ -236,7 +237,7 @@ def test_a_worker_reads_stdin_and_ends_as_python_ends_a_script(warm_env, tmp_pat
     """torchrun's fresh interpreter reads the launch's stdin (breakpoint() in a
     worker), has Python's own signal handlers, is multiprocessing's main
     process with no start method chosen, has the __file__ Python gives it,
-    and at its end joins the
+    shows ps its script's command line and its agent's, and at its end joins the
     script's threads, then runs its atexit functions, finalizers and
     logging's shutdown; a forked worker does the same, and never the
     functions its agent registered."""
@@ -260,7 +261,8 @@ def test_a_worker_reads_stdin_and_ends_as_python_ends_a_script(warm_env, tmp_pat
                      script=script, script_args=(str(folder), how),
                      stdin=f"a line for the {kind} worker\n")  # fmt: skip
         assert result.returncode == status, (kind, result.stderr[-3000:])
-        pid, read, signals, processes, file, *ended = (folder / "ended-0").read_text().splitlines()
+        noted = (folder / "ended-0").read_text().splitlines()
+        pid, read, signals, processes, file, shown, *ended = noted
         assert read == f"read: a line for the {kind} worker", kind
         # Not torchrun's agent's handlers, which raise its exception with a traceback.
         assert signals == (
@@ -270,6 +272,14 @@ def test_a_worker_reads_stdin_and_ends_as_python_ends_a_script(warm_env, tmp_pat
         assert processes == "MainProcess None spawn", (kind, processes)
         # Named as Python names a script given by a relative path, whatever its cwd later.
         assert file == f"file {os.path.join(os.getcwd(), script)}", (kind, file)
+        # ps shows `python SCRIPT ARGS` and the agent a cold launch starts, never
+        # the warm interpreter or the wrapper; a long line is cut where the one it
+        # inherited ended, and the warm interpreter's is the shortest.
+        worker, agent = (ast.literal_eval(w) for w in shown.removeprefix("shown ").split("\t"))
+        started = f"{script}\0{folder}\0{how}".encode()
+        assert started.startswith(b"\0".join(worker[1:])), (kind, worker)
+        assert worker[1] == str(script).encode(), (kind, worker)
+        assert agent[1:4] == [b"-P", b"-m", b"pyinit.run.agent"], (kind, agent)
         if how == "raise":  # its traceback starts in the script, as Python's does
             at = result.stderr.index("Traceback (most recent call last):")
             first = result.stderr[at:].splitlines()[1]

@@ -78,6 +78,18 @@ void bind_init(py::module_& m) {
       },
       "Orphaned descendants re-parent to this process (PR_SET_CHILD_SUBREAPER).");
 
+  m.def(
+      "set_arguments_shown",
+      [](const std::vector<std::string>& arguments) {
+        int shown = pod_init::set_arguments_shown(arguments);
+        if (shown < 0) throw pod_init::SysError(-shown, "rewrite", "/proc/self/cmdline");
+        return shown;
+      },
+      py::arg("arguments"),
+      "What ps and pkill -f read for this process: `arguments` (bytes, os.fsencode) after the "
+      "program's name, over the command line it started with, cut where that line ends. "
+      "Returns the bytes shown.");
+
   m.def("read_boot_id", &pod_init::read_boot_id, py::arg("proc_root") = "/proc",
         "This boot's id (/proc/sys/kernel/random/boot_id), as PID 1 records it; '' when the "
         "kernel does not say.");

@@ -14,13 +14,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/clock.hpp"
 #include "common/error.hpp"
 #include "common/sysfs.hpp"
+#include "common/text.hpp"
 
 namespace pod_init {
 
@@ -122,6 +125,32 @@ int die_with_parent(int signal, pid_t parent) {
 }
 
 int become_subreaper() { return prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 ? 0 : -errno; }
+
+int set_arguments_shown(const std::vector<std::string>& arguments) {
+  std::string stat;
+  if (int rc = sysfs::read_text("/proc/self/stat", &stat); rc < 0) return rc;
+  // Fields after the name's closing parenthesis (the name may hold spaces):
+  // the state is field 3, arg_start 48 and arg_end 49.
+  size_t close = stat.rfind(')');
+  if (close == std::string::npos) return -EPROTO;
+  std::vector<std::string> fields = split_on(std::string_view(stat).substr(close + 1), ' ');
+  if (fields.size() < 47) return -EPROTO;
+  std::optional<int64_t> start = sysfs::parse_int(fields[45]);
+  std::optional<int64_t> end = sysfs::parse_int(fields[46]);
+  if (!start || !end || *start <= 0 || *end <= *start) return -EPROTO;
+  char* line = reinterpret_cast<char*>(static_cast<uintptr_t>(*start));
+  size_t room = static_cast<size_t>(*end - *start);
+  size_t name = strnlen(line, room);
+  if (name >= room) return -EPROTO;  // already rewritten past its end
+  std::string shown;
+  for (const std::string& argument : arguments) shown.append(argument).push_back('\0');
+  size_t after = room - name - 1;
+  size_t n = std::min(shown.size(), after);
+  std::memcpy(line + name + 1, shown.data(), n);
+  std::memset(line + name + 1 + n, 0, after - n);
+  line[room - 1] = '\0';  // a cut argument still ends; the kernel reads no further
+  return static_cast<int>(name + 1 + n);
+}
 
 namespace {
 

@@ -53,6 +53,14 @@ int supervise(const SupervisorOptions& options);
 // PR_SET_CHILD_SUBREAPER. Returns 0 or -errno.
 int become_subreaper();
 
+// What ps, top and pkill -f read for this process (/proc/self/cmdline):
+// `arguments` after the program's own name, written over the command line the
+// process was started with (a forked child inherits its parent's). The name
+// stays, as libc's program_invocation_name points into it. Cut where that
+// line's memory ends: growing it would take the environment's place. Returns
+// the bytes now shown (the name and every NUL included) or -errno.
+int set_arguments_shown(const std::vector<std::string>& arguments);
+
 // Asks the kernel to send `signal` to this process when its parent dies
 // (PR_SET_PDEATHSIG), then checks the parent is still `parent`: if it died
 // before the request, the signal is raised now. Returns 0 or -errno.

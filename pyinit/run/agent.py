@@ -44,6 +44,9 @@ FAILURES_FILE = "failures.json"
 # Left in the status folder by a worker's first torch.compile (pyinit.run.wrapper).
 COMPILED_MARK = "compiled"
 AGENT_LOG = "agent.log"
+# How torchrun's agent is started cold; a warm interpreter takes what follows, and
+# an agent forked from one shows this command to ps.
+AGENT_START = (sys.executable, "-P", "-m", "pyinit.run.agent")
 TERMINAL_FD_ENV = "PYINIT_TERMINAL_FD"  # the terminal, in an agent whose fd 2 is its log
 
 # torch's own switch for a CUDA check that does not initialise CUDA: torchrun's

@@ -20,6 +20,8 @@ call rather than for a program:
 - it points ``sys.stdin`` at /dev/null (the worker's fd 0 is still the
   user's terminal or pipe), so ``breakpoint()`` quit at once and a script
   reading its input read nothing;
+- it leaves the agent's command line (or, forked from a warm interpreter,
+  that interpreter's) as what ps, top and ``pkill -f`` read for the worker;
 - it ends the child with ``os._exit``, so Python's exit never ran the
   script's ``atexit`` functions (an experiment tracker's last upload, a
   profiler's trace), its ``weakref.finalize`` objects (a
@@ -52,6 +54,8 @@ import threading
 import types
 import weakref
 import zipfile
+
+from pyinit import _native
 
 
 def run_script(path: str) -> None:
@@ -87,6 +91,16 @@ def from_the_script(frames: types.TracebackType | None) -> types.TracebackType |
     while frames is not None and frames.tb_frame.f_code.co_filename in ours:
         frames = frames.tb_next
     return frames
+
+
+def arguments_shown(kind: str, name: str, args: list[str]) -> None:
+    """What ps and ``pkill -f`` read for this worker: ``python SCRIPT ARGS``
+    (``python -m MODULE ARGS``), as for a worker torchrun starts, forked or
+    spawned through the wrapper; cut where the command line it inherited ends.
+    A /proc that refuses it leaves the line as it was."""
+    with contextlib.suppress(OSError):
+        words = ["-m", name, *args] if kind == "module" else [name, *args]
+        _native.set_arguments_shown([os.fsencode(word) for word in words])
 
 
 def signals_as_started() -> None:

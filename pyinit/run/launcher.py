@@ -32,7 +32,13 @@ from typing import IO, Any
 from pyinit import _native
 from pyinit.errors import EXIT_FAILURE, EXIT_STALLED
 from pyinit.run import store
-from pyinit.run.agent import AGENT_LOG, COMPILED_MARK, FAILURES_FILE, PRELOAD_OPTION
+from pyinit.run.agent import (
+    AGENT_LOG,
+    AGENT_START,
+    COMPILED_MARK,
+    FAILURES_FILE,
+    PRELOAD_OPTION,
+)
 from pyinit.run.compiles import COMPILE_CACHE_ENV, COMPILE_CACHE_FILE
 from pyinit.run.config import RunConfig
 from pyinit.run.flight_recorder import flight_recorder_env
@@ -56,8 +62,6 @@ TORCHRUN_GRACE_S = 30.0
 GUARD_GRACE_S = TORCHRUN_GRACE_S + 10.0
 ESCALATE_AFTER_S = GUARD_GRACE_S + 5.0
 LIVENESS_LINGER_S = 3.0
-# How torchrun's agent is started cold; a warm interpreter takes what follows.
-AGENT_START = (sys.executable, "-P", "-m", "pyinit.run.agent")
 
 
 def guarded(pod_init: str, command: Sequence[str]) -> list[str]:

@@ -458,6 +458,7 @@ def main() -> None:
         if kind == "program":
             sys.exit(_run_program([name, *args]))
         sys.argv = [name, *args]
+        fresh_interpreter.arguments_shown(kind, name, args)
         if kind == "module":
             # As `python -m` does, the working directory's modules are importable; last,
             # so a checkout of pod-init there cannot shadow the installed package.

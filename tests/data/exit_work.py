@@ -1,8 +1,9 @@
 """A script that reads a line of its input, notes its signals' handlers, its
-multiprocessing (after choosing its start method) and its own file's name,
-then leaves Python's exit its usual work: a thread still running, an atexit
-function, a temporary folder never cleaned up and a buffered log handler
-never flushed. It ends as argv[2] says: return, exit3 or raise."""
+multiprocessing (after choosing its start method), its own file's name and
+the command lines ps shows for it and its parent, then leaves Python's exit
+its usual work: a thread still running, an atexit function, a temporary
+folder never cleaned up and a buffered log handler never flushed. It ends
+as argv[2] says: return, exit3 or raise."""
 
 import atexit
 import logging
@@ -44,6 +45,14 @@ multiprocessing.set_start_method("spawn")  # as training scripts do, before anyt
 process = multiprocessing.current_process()
 note(f"{process.name} {multiprocessing.parent_process()} {multiprocessing.get_start_method()}")
 note(f"file {__file__}")
+
+
+def shown(pid: int) -> str:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return repr(f.read().rstrip(b"\0").split(b"\0"))
+
+
+note(f"shown {shown(os.getpid())}\t{shown(os.getppid())}")
 threading.Thread(target=late).start()
 atexit.register(note, "atexit")
 left = tempfile.TemporaryDirectory(dir=out, prefix=f"left-{rank}-")

@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "common/sha256.hpp"
+#include "common/sysfs.hpp"
 #include "init/init_config.hpp"
 #include "init/kernel_modules.hpp"
+#include "init/supervisor.hpp"
 
 namespace pod_init {
 namespace {
@@ -177,6 +179,40 @@ TEST(Sha256, KnownAnswers) {
     pieces.update(reinterpret_cast<const uint8_t*>(million.data()) + at, n);
   }
   EXPECT_EQ(pieces.hex_digest(), sha256_of(million));
+}
+
+std::string command_line_shown() {
+  std::string text;
+  EXPECT_EQ(sysfs::read_text("/proc/self/cmdline", &text, 1 << 20), 0);
+  return text;  // read_text drops trailing whitespace, not the NULs
+}
+
+// What the kernel shows once `arguments` follow `name` in a line of `room` bytes.
+std::string expected_shown(const std::string& name, const std::vector<std::string>& arguments,
+                           size_t room) {
+  std::string line = name + '\0';
+  for (const std::string& argument : arguments) line.append(argument).push_back('\0');
+  line.resize(room, '\0');
+  line.back() = '\0';
+  return line;
+}
+
+TEST(Supervisor, ArgumentsShownFollowTheNameAndStopWhereTheLineEnds) {
+  std::string before = command_line_shown();
+  std::string name = before.substr(0, before.find('\0'));
+  std::vector<std::string> script = {"train.py", "--steps", "5"};
+  int shown = set_arguments_shown(script);
+  ASSERT_GT(shown, 0);
+  EXPECT_EQ(command_line_shown(), expected_shown(name, script, before.size()));
+  size_t wanted = name.size() + 1 + sizeof("train.py") + sizeof("--steps") + sizeof("5");
+  EXPECT_EQ(static_cast<size_t>(shown), std::min(before.size(), wanted));
+  // Longer than the line: cut where it ends, the last argument still ended.
+  std::vector<std::string> long_one = {std::string(before.size() * 2, 'x')};
+  EXPECT_EQ(set_arguments_shown(long_one), static_cast<int>(before.size()));
+  EXPECT_EQ(command_line_shown(), expected_shown(name, long_one, before.size()));
+  // Shorter again: nothing of the longer one is left behind.
+  EXPECT_EQ(set_arguments_shown({}), static_cast<int>(name.size() + 1));
+  EXPECT_EQ(command_line_shown(), expected_shown(name, {}, before.size()));
 }
 
 }  // namespace
