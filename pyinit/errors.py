@@ -52,6 +52,13 @@ def printable(text: str) -> str:
     )
 
 
+def as_utf8(text: str) -> str:
+    """Text that can be written as UTF-8: bytes that were not UTF-8 (a file
+    name's, kept by Python as surrogate escapes) shown as ``\\xNN``, every
+    other character kept (a report's lines stay lines)."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 class InputError(ValueError):
     """Bad input from the user: ``str()`` is ``FILE:LINE: message`` (or less
     where there is no file or line); ``file``, ``line`` and ``message`` keep

@@ -110,6 +110,18 @@ def test_the_html_is_self_contained_and_well_formed(pyinit_bin, tmp_path):
     assert "Cost: <b>0.0304</b>" in page and "<td>0.00523</td>" in page  # not 0.03, 0.01
 
 
+def test_a_folder_whose_name_is_not_utf8_is_reported(pyinit_bin, tmp_path):
+    """A run folder named in another encoding: its bytes show as \\xNN in the
+    lines and the page, where writing them was taken for a bug of ours."""
+    folder = Path(os.fsdecode(bytes(tmp_path) + b"/caf\xe9"))
+    shutil.copytree(RECORDED, folder)
+    done = pyinit_report(pyinit_bin, folder)
+    assert done.returncode == 0, done.stderr[-2000:]
+    shown = f"{tmp_path}/caf\\xe9"
+    assert done.stdout.endswith(f"wrote {shown}/report.html\n"), done.stdout[-500:]
+    assert f"{shown}: " in (folder / "report.html").read_text()
+
+
 def write_run(folder: Path, events: list[dict], records: dict[int, list[tuple]]) -> Path:
     folder.mkdir(parents=True)
     with open(folder / "events.jsonl", "w") as f:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from pyinit import argtypes
-from pyinit.errors import InputError
+from pyinit.errors import InputError, as_utf8
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,10 +33,11 @@ def main(args: argparse.Namespace) -> int:
     report = build(folders, args.price_per_gpu_hour)
     document = report.summary()
     out = Path(args.out) if args.out else folders[0] / "report.html"
-    write_text(out, render_html(report, document))
+    # A folder's name need not be UTF-8; the page and the lines show such bytes as \xNN.
+    write_text(out, as_utf8(render_html(report, document)))
     document["html"] = str(out)
     if args.json:
         sys.stdout.write(json.dumps(document, indent=1) + "\n")
     else:
-        sys.stdout.write(text(document) + f"wrote {out}\n")
+        sys.stdout.write(as_utf8(text(document) + f"wrote {out}\n"))
     return 0
