@@ -395,6 +395,19 @@ def test_environment_values_win_and_are_reported(pod_init_bin, eightgpu_tree, tm
     assert all("=" not in line for line in text.splitlines() if line.startswith("#"))
 
 
+def test_a_folder_and_variables_that_are_not_utf8(pyinit_bin, h200x2_tree, tmp_path, proc_root):
+    """A variable that is not UTF-8 anywhere in the environment, and such an
+    output folder: the files are written and the summary shows the bytes as
+    \\xNN, where each ended pyinit nccl with a bug's traceback (pyinit run
+    builds the same configuration on every node with GPUs)."""
+    out = Path(os.fsdecode(bytes(tmp_path) + b"/nccl-\xff"))
+    proc = nccl(pyinit_bin, h200x2_tree, out, proc_root, env={"UNRELATED": "caf\udce9"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    topology_file = b"NCCL_TOPO_FILE='" + bytes(out) + b"/nccl-topo.xml'\n"  # the folder's bytes
+    assert topology_file in (out / "nccl.env").read_bytes()
+    assert f"{tmp_path}/nccl-\\xff/" in proc.stdout
+
+
 def test_output_folder_that_is_a_file(pod_init_bin, eightgpu_tree, tmp_path, proc_root):
     blocker = tmp_path / "out"
     blocker.write_text("")

@@ -24,6 +24,11 @@ using DetailsArg =
 
 pod_init::GpuDetailsMap to_details(const DetailsArg& arg);
 
+// Text that holds a path, as Python names a file (os.fsdecode): bytes that are
+// not UTF-8 come back as surrogate escapes, where pybind11's own conversion of
+// a std::string would raise UnicodeDecodeError.
+py::str fs_str(const std::string& text);
+
 // The GIL released for a blocking call, as py::gil_scoped_release, except at
 // interpreter exit. Python (before 3.14) ends a daemon thread that takes the
 // GIL back during finalisation with pthread_exit(); its forced unwind through

@@ -13,6 +13,17 @@
 
 namespace py = pybind11;
 
+namespace pod_init::bindings {
+
+py::str fs_str(const std::string& text) {
+  PyObject* decoded =
+      PyUnicode_DecodeFSDefaultAndSize(text.data(), static_cast<Py_ssize_t>(text.size()));
+  if (decoded == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(decoded);
+}
+
+}  // namespace pod_init::bindings
+
 PYBIND11_MODULE(_native, m) {
   m.doc() = "pod-init native core: PCIe topology scan and NCCL configuration";
   m.attr("__version__") = POD_INIT_VERSION;
@@ -31,10 +42,8 @@ PYBIND11_MODULE(_native, m) {
     } catch (const pod_init::SysError& e) {
       py::object text = py::str(e.operation() + ": " + pod_init::errno_text(e.err()));
       // A path that is not UTF-8 comes back as Python names it (surrogate escapes).
-      py::object path = e.path().empty()
-                            ? py::none()
-                            : py::reinterpret_steal<py::object>(PyUnicode_DecodeFSDefaultAndSize(
-                                  e.path().data(), static_cast<Py_ssize_t>(e.path().size())));
+      py::object path =
+          e.path().empty() ? py::none() : py::object(pod_init::bindings::fs_str(e.path()));
       py::object error = py::reinterpret_borrow<py::object>(PyExc_OSError)(e.err(), text, path);
       PyErr_SetObject(PyExc_OSError, error.ptr());
     } catch (const pod_init::InputError& e) {

@@ -2,6 +2,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <pybind11/typing.h>
 
 #include <map>
 #include <optional>
@@ -47,11 +48,15 @@ void bind_nccl(py::module_& m) {
       "would refuse.");
 
   py::class_<pod_init::NcclConfig>(m, "NcclConfig")
-      .def_readonly("out_dir", &pod_init::NcclConfig::out_dir)
+      // Paths and the texts that name them as Python names files: a folder's name
+      // need not be UTF-8.
+      .def_property_readonly("out_dir",
+                             [](const pod_init::NcclConfig& c) { return fs_str(c.out_dir); })
       .def_property_readonly(
           "files",
           [](const pod_init::NcclConfig& c) {
-            std::map<std::string, std::string> files(c.files.begin(), c.files.end());
+            py::typing::Dict<py::str, py::str> files;
+            for (const auto& [name, content] : c.files) files[fs_str(name)] = fs_str(content);
             return files;
           },
           "File name -> content, as write() puts them in out_dir.")
@@ -61,8 +66,8 @@ void bind_nccl(py::module_& m) {
       .def_property_readonly(
           "env",
           [](const pod_init::NcclConfig& c) {
-            std::map<std::string, std::string> env;
-            for (const auto& setting : c.env) env[setting.key] = setting.value;
+            py::typing::Dict<py::str, py::str> env;
+            for (const auto& setting : c.env) env[fs_str(setting.key)] = fs_str(setting.value);
             return env;
           },
           "The env file's settings (the environment's values where it had them).")
@@ -74,7 +79,10 @@ void bind_nccl(py::module_& m) {
             pod_init::write_nccl_files(c);
           },
           "Writes every file under out_dir, each whole or not at all.")
-      .def("summary", &pod_init::nccl_summary, "What `pod-init nccl` prints.");
+      .def(
+          "summary",
+          [](const pod_init::NcclConfig& c) { return fs_str(pod_init::nccl_summary(c)); },
+          "What `pod-init nccl` prints.");
 
   m.def(
       "nccl_config",
@@ -119,7 +127,9 @@ void bind_nccl(py::module_& m) {
       .def_readonly("node_rank", &pod_init::NodeList::node_rank, "This node's index.")
       .def_readonly("interface", &pod_init::NodeList::interface,
                     "The interface holding this node's address.")
-      .def_readonly("source", &pod_init::NodeList::source, "The hostfile.")
+      .def_property_readonly(
+          "source", [](const pod_init::NodeList& nodes) { return fs_str(nodes.source); },
+          "The hostfile.")
       .def_readonly("planned_elsewhere", &pod_init::NodeList::planned_elsewhere,
                     "node_rank was given (--node), not found among this machine's addresses.");
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pyinit import _native, argtypes
-from pyinit.errors import EXIT_FAILURE, InputError
+from pyinit.errors import EXIT_FAILURE, InputError, as_utf8
 
 if TYPE_CHECKING:
     from pyinit.nccl.tuning import Tuning
@@ -69,7 +69,7 @@ def main(args: argparse.Namespace) -> int:
                        force_rings=args.force_rings, channels=args.channels, nvml=nvml,
                        proc_root=args.proc_root, dns=not args.no_dns, node=args.node)  # fmt: skip
     config.write()
-    sys.stdout.write(config.summary())
+    sys.stdout.write(as_utf8(config.summary()))
     if tuning is not None:
         from pyinit.nccl.tuning import plot_tuning
 

@@ -75,7 +75,7 @@ def load_nodes(hostfile: str, *, dns: bool = True, node: int | None = None) -> _
     ``InputError`` naming the file and line for bad content, ``OSError`` when
     the file cannot be read."""
     text = resolve_hostfile(hostfile) if dns and hostfile else ""
-    return _native.load_node_list(hostfile, text, -1 if node is None else node)
+    return _native.load_node_list(os.fsencode(hostfile), text, -1 if node is None else node)
 
 
 def configure(
@@ -113,17 +113,20 @@ def configure(
     if nodes is None and (hostfile or node is not None):
         nodes = load_nodes(hostfile or "", dns=dns, node=node)  # the core checks the pair
     env = os.environ if environment is None else environment
+    # Only NCCL's own settings concern the core. Paths and values as bytes: a
+    # folder's name or a variable need not be UTF-8.
+    nccl_env = {os.fsencode(k): os.fsencode(v) for k, v in env.items() if k.startswith("NCCL_")}
     return _native.nccl_config(
         native,
         nodes=nodes,
-        hints=str(hints or ""),
-        out_dir=str(out_dir),
+        hints=os.fsencode(hints or ""),
+        out_dir=os.fsencode(out_dir),
         socket_ifname=socket_ifname or "",
         force_rings=force_rings,
         channels=channels or 0,
         details=nvml.details() if nvml is not None else {},
-        environment=dict(env),  # the core keeps the NCCL_* settings
-        proc_root=str(proc_root),
+        environment=nccl_env,
+        proc_root=os.fsencode(proc_root),
         tuned_env=tuning.env if tuning else {},
         tuning_table=tuning.to_json() if tuning else "",
     )
