@@ -93,7 +93,7 @@ class DirectWriter(_native.DirectWriter):
 
     def __init__(self, path: str | os.PathLike[str], size: int = 0, queue_depth: int = 32,
                  head_bytes: int = 0):  # fmt: skip
-        super().__init__(os.fspath(path), size, queue_depth, head_bytes)
+        super().__init__(os.fsencode(path), size, queue_depth, head_bytes)
 
     def __enter__(self) -> DirectWriter:
         return self
@@ -175,8 +175,14 @@ def verify(path: str | os.PathLike[str], queue_depth: int = 32) -> bool:
 
 crc32c = _native.crc32c
 crc32c_combine = _native.crc32c_combine
-map_file = _native.map_file
 populate = _native.populate
+
+
+def map_file(path: str | os.PathLike[str], offset: int, length: int) -> np.ndarray:
+    """[offset, offset + length) of the file at `path`, mapped privately, as a
+    writable uint8 array (see ``_native.map_file``); `path` goes down as
+    bytes, since a file's name need not be UTF-8."""
+    return _native.map_file(os.fsencode(path), offset, length)
 
 
 def publish_directory(staged: str | os.PathLike[str], target: str | os.PathLike[str]) -> bool:
@@ -184,7 +190,7 @@ def publish_directory(staged: str | os.PathLike[str], target: str | os.PathLike[
     one step: a rename, or an exchange when ``target`` exists, after which
     ``staged`` holds the previous version (True) for the caller to remove.
     A reader of ``target`` sees the old folder or the new one, never neither."""
-    return _native.publish_directory(os.fspath(staged), os.fspath(target))
+    return _native.publish_directory(os.fsencode(staged), os.fsencode(target))
 
 
 memory_stats = _native.memory_stats
@@ -232,10 +238,11 @@ class DirectReader(_native.DirectReader):
         backend: str = "auto",
         page_cache: bool = False,
     ):
+        # As bytes: a file's name need not be UTF-8.
         if isinstance(path, (str, os.PathLike)):
-            paths: str | list[str] = os.fspath(path)
+            paths: bytes | list[bytes] = os.fsencode(path)
         else:
-            paths = [os.fspath(p) for p in path]
+            paths = [os.fsencode(p) for p in path]
         super().__init__(paths, queue_depth, backend, bool(page_cache))
         self._backend_choice = backend
         if not self.direct:

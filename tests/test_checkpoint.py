@@ -14,6 +14,7 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -216,6 +217,39 @@ def test_background_save_snapshots_the_tensors(folder):
     crc = pending.wait(timeout=60)
     assert pending.done() and crc == stored_checksum(path)
     assert same(checkpoint.load(path), expected)
+
+
+def test_files_whose_names_are_not_utf8(folder):
+    """A folder named in another encoding, as Python names it (surrogate
+    escapes): the reader, the writer, checkpoints (in the background too) and
+    DCP read and write there and name it back; each refused it as a type error."""
+    torch = pytest.importorskip("torch", reason="torch is installed by the test command")
+    import torch.distributed.checkpoint as dcp
+
+    from pyinit import checkpoint
+
+    named = Path(os.fsdecode(bytes(folder) + b"/caf\xe9"))
+    named.mkdir()
+    with DirectWriter(named / "w.bin") as writer:
+        writer.write(bytes(range(256)) * 16)
+    assert writer.path == str(named / "w.bin")
+    reader = DirectReader(named / "w.bin")
+    assert reader.path == str(named / "w.bin") and reader.paths == [str(named / "w.bin")]
+    assert bytes(reader.read(0, 4096)) == bytes(range(256)) * 16
+    with pytest.raises(FileNotFoundError) as missing:
+        DirectReader(named / "missing")
+    assert missing.value.filename == str(named / "missing")
+    tensors = state_dict()
+    checkpoint.save(tensors, named / "c.safetensors")
+    checkpoint.save(tensors, named / "bg.safetensors", background=True).wait(timeout=60)
+    for name in ("c", "bg"):
+        assert same(checkpoint.load(named / f"{name}.safetensors"), tensors)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # one process: DCP says it assumes so
+        dcp.save(tensors, storage_writer=checkpoint.DirectStorageWriter(named / "dcp"))
+        loaded = {k: torch.zeros_like(v) for k, v in tensors.items()}
+        dcp.load(loaded, storage_reader=checkpoint.DirectStorageReader(named / "dcp"))
+    assert same(loaded, tensors)
 
 
 def test_background_errors_reach_wait(folder):

@@ -2,6 +2,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <pybind11/typing.h>
 
 #include <cerrno>
 #include <cstdint>
@@ -385,16 +386,17 @@ void bind_io(py::module_& m) {
            "Closes the files once calls in other threads have finished; later calls raise "
            "ValueError.")
       .def_property_readonly(
-          "path", [](const pod_init::DirectReader& r) { return r.path(only_file(r, "path")); },
+          "path",
+          [](const pod_init::DirectReader& r) { return fs_str(r.path(only_file(r, "path"))); },
           "The file of a single-file reader.")
       .def_property_readonly(
           "size", [](const pod_init::DirectReader& r) { return r.size(only_file(r, "size")); },
           "Bytes at open, of a single-file reader.")
       .def_property_readonly("paths",
                              [](const pod_init::DirectReader& r) {
-                               std::vector<std::string> paths;
+                               py::typing::List<py::str> paths;
                                for (size_t i = 0; i < r.file_count(); ++i)
-                                 paths.push_back(r.path(i));
+                                 paths.append(fs_str(r.path(i)));
                                return paths;
                              })
       .def_property_readonly(
@@ -505,7 +507,8 @@ void bind_io(py::module_& m) {
             return stats_dict(stats);
           },
           "bytes, ios (writes issued), fixed_ios and their latency, as DirectReader.stats().")
-      .def_property_readonly("path", &pod_init::DirectWriter::path)
+      .def_property_readonly("path",
+                             [](const pod_init::DirectWriter& w) { return fs_str(w.path()); })
       .def_property_readonly("bytes", &pod_init::DirectWriter::bytes,
                              "The file's size so far, a reserved head included.")
       .def_property_readonly("crc", &pod_init::DirectWriter::crc,
