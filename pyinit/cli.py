@@ -293,6 +293,9 @@ def run_cli() -> int:
     its traceback and one line asking for a report."""
     try:
         _fill_closed_stdio()
+        # A file's name goes out as its bytes, as coreutils print one, whatever the
+        # locale's handler: a name that is not UTF-8 never ends a command.
+        sys.stdout.reconfigure(errors="surrogateescape")  # type: ignore[union-attr]
         status = main()
         if _first_word(sys.argv[1:], COMMANDS) in ENDS_AT_ONCE:
             from pyinit.process_end import exit_now

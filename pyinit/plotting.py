@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pyinit.errors import as_utf8
+
 
 def pyplot() -> Any | None:
     """matplotlib.pyplot on the file-only Agg backend, or None without matplotlib."""
@@ -20,9 +22,14 @@ def pyplot() -> Any | None:
 
 def save_figure(fig: Any, path: Any, dpi: int = 110) -> bool:
     """Lays out, writes and closes a figure (pyplot keeps every open one
-    alive); True, so a plot function can end with ``return save_figure(...)``."""
+    alive); True, so a plot function can end with ``return save_figure(...)``.
+    A title naming a file whose name is not UTF-8 shows those bytes as \\xNN:
+    the font cannot draw a surrogate escape."""
     import matplotlib.pyplot as plt
+    from matplotlib.text import Text
 
+    for text in fig.findobj(Text):
+        text.set_text(as_utf8(text.get_text()))
     fig.tight_layout()
     fig.savefig(path, dpi=dpi)
     plt.close(fig)

@@ -721,6 +721,27 @@ def test_io_benchmark_runs_beside_fio(tmp_path, pyinit_bin):
         assert proc.stdout.splitlines().count(line) == 1, proc.stdout
 
 
+def test_io_benchmark_of_a_file_whose_name_is_not_utf8(folder, pyinit_bin):
+    """fio's JSON, the plot's title and the last line name the file: a name in
+    another encoding is read back, drawn as \\xNN and printed as its bytes,
+    also where the locale's handler is strict, where each was a bug's traceback."""
+    named = Path(os.fsdecode(bytes(folder) + b"/caf\xe9"))
+    named.mkdir()
+    target = named / "data.bin"
+    target.write_bytes(os.urandom(4 << 20))
+    proc = subprocess.run(
+        [pyinit_bin, "bench", "io", target, "--rw", "read", "--bs", "64k", "--iodepth", "2",
+         "--runtime", "0.3", "--rounds", "1", "--out", named],
+        capture_output=True, timeout=300, env={**os.environ, "PYTHONIOENCODING": "utf-8:strict"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-3000:]
+    document = json.loads((named / "io.json").read_text())
+    assert set(document["table"]["64k-read-qd2-stream"]) == (
+        {"pyinit", "fio"} if shutil.which("fio") else {"pyinit"})  # fmt: skip
+    assert proc.stdout.endswith(b"wrote " + bytes(named) + b"/io.json and " + bytes(named)
+                                + b"/io.png\n"), proc.stdout[-300:]  # fmt: skip
+
+
 @pytest.mark.root
 @pytest.mark.parametrize(
     "knobs, name",

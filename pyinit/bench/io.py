@@ -88,6 +88,9 @@ DEFAULT_PATTERNS = (
 )
 # fio's keys for the percentiles in the table ("99.990000": p99.99).
 PERCENTILES = (50.0, 99.0, 99.9, 99.99)
+# fio's JSON holds a file's name as its bytes: one that is not UTF-8 is read as
+# Python names files.
+FIO_NAMES = "surrogateescape"
 
 
 def fio_key(percentile: float) -> str:
@@ -346,7 +349,8 @@ def run_fio(target: str, pattern: Pattern, runtime: float) -> Result:
         "--output-format=json", "--readonly",
     ]  # fmt: skip
     before = disk_counters(target)
-    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    done = subprocess.run(command, capture_output=True, text=True, check=True,
+                          errors=FIO_NAMES)  # fmt: skip
     disk = disk_delta(before, disk_counters(target))
     read = json.loads(done.stdout[done.stdout.index("{") :])["jobs"][0]["read"]
     # With lat_percentiles, lat_ns holds the percentiles of the total latency.
@@ -391,7 +395,8 @@ def best_sequential_read(path: str, size: int, runtime: float = 2.0) -> tuple[st
             f"--size={share}", f"--offset_increment={share}", "--group_reporting",
             f"--runtime={runtime}", "--output-format=json", "--readonly",
         ]  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True, check=True)
+        done = subprocess.run(command, capture_output=True, text=True, check=True,
+                              errors=FIO_NAMES)  # fmt: skip
         read = json.loads(done.stdout[done.stdout.index("{") :])["jobs"][0]["read"]
         rates[setting_name(block_size, depth, jobs)] = float(read["bw_bytes"])
     best = max(rates, key=rates.__getitem__)
