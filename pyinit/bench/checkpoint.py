@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from pyinit import argtypes
-from pyinit.bench.io import FIO_NAMES, best_sequential_read, check_room, drop_caches, exited
+from pyinit.bench.io import best_sequential_read, check_room, drop_caches, exited, fio_job
 from pyinit.bench.targets import print_targets, ratio_target
 from pyinit.errors import InputError
 from pyinit.extras import note_missing, require
@@ -179,10 +179,7 @@ def run_fio(path: Path, size: int, rw: str) -> float:
         "fio", "--name=ckpt", f"--filename={path}", "--ioengine=io_uring", "--direct=1",
         f"--rw={rw}", "--bs=1m", "--iodepth=32", f"--size={size}", "--output-format=json",
     ] + (["--end_fsync=1"] if rw == "write" else [])  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, check=True,
-                          errors=FIO_NAMES)  # fmt: skip
-    job = json.loads(done.stdout[done.stdout.index("{") :])["jobs"][0][rw]
-    return size / job["bw_bytes"]
+    return size / fio_job(command, rw)["bw_bytes"]
 
 
 def bench_ceiling(args: argparse.Namespace, size: int) -> list[dict]:

@@ -44,6 +44,7 @@ from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -88,9 +89,6 @@ DEFAULT_PATTERNS = (
 )
 # fio's keys for the percentiles in the table ("99.990000": p99.99).
 PERCENTILES = (50.0, 99.0, 99.9, 99.99)
-# fio's JSON holds a file's name as its bytes: one that is not UTF-8 is read as
-# Python names files.
-FIO_NAMES = "surrogateescape"
 
 
 def fio_key(percentile: float) -> str:
@@ -340,6 +338,16 @@ def disk_delta(before: dict[str, int] | None, after: dict[str, int] | None) -> d
     return {key: after[key] - before[key] for key in DISK_FIELDS}
 
 
+def fio_job(command: list[str], rw: str) -> dict[str, Any]:
+    """The `rw` ("read" or "write") figures of the one job (or group) that
+    `command`, a fio run with JSON output, reports. fio's JSON holds a file's
+    name as its bytes: one that is not UTF-8 is read as Python names files.
+    CalledProcessError when fio fails."""
+    done = subprocess.run(command, capture_output=True, text=True, check=True,
+                          errors="surrogateescape")  # fmt: skip
+    return json.loads(done.stdout[done.stdout.index("{") :])["jobs"][0][rw]
+
+
 def run_fio(target: str, pattern: Pattern, runtime: float) -> Result:
     command = [
         "fio", "--name=bench", f"--filename={target}", "--ioengine=io_uring", "--direct=1",
@@ -349,10 +357,8 @@ def run_fio(target: str, pattern: Pattern, runtime: float) -> Result:
         "--output-format=json", "--readonly",
     ]  # fmt: skip
     before = disk_counters(target)
-    done = subprocess.run(command, capture_output=True, text=True, check=True,
-                          errors=FIO_NAMES)  # fmt: skip
+    read = fio_job(command, "read")
     disk = disk_delta(before, disk_counters(target))
-    read = json.loads(done.stdout[done.stdout.index("{") :])["jobs"][0]["read"]
     # With lat_percentiles, lat_ns holds the percentiles of the total latency.
     cuts = read[pattern.latency].get("percentile", {})
     percentiles = {fio_key(q): float(cuts.get(fio_key(q), 0)) for q in PERCENTILES}
@@ -395,9 +401,7 @@ def best_sequential_read(path: str, size: int, runtime: float = 2.0) -> tuple[st
             f"--size={share}", f"--offset_increment={share}", "--group_reporting",
             f"--runtime={runtime}", "--output-format=json", "--readonly",
         ]  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True, check=True,
-                              errors=FIO_NAMES)  # fmt: skip
-        read = json.loads(done.stdout[done.stdout.index("{") :])["jobs"][0]["read"]
+        read = fio_job(command, "read")
         rates[setting_name(block_size, depth, jobs)] = float(read["bw_bytes"])
     best = max(rates, key=rates.__getitem__)
     return best, rates[best], rates
