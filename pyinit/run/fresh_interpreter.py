@@ -93,14 +93,18 @@ def from_the_script(frames: types.TracebackType | None) -> types.TracebackType |
     return frames
 
 
-def arguments_shown(kind: str, name: str, args: list[str]) -> None:
-    """What ps and ``pkill -f`` read for this worker: ``python SCRIPT ARGS``
-    (``python -m MODULE ARGS``), as for a worker torchrun starts, forked or
-    spawned through the wrapper; cut where the command line it inherited ends.
-    A /proc that refuses it leaves the line as it was."""
+def show_arguments(words: list[str]) -> None:
+    """`words` after the program's name in what ps and ``pkill -f`` read for
+    this process, cut where the command line it inherited ends. A /proc that
+    refuses it leaves the line as it was."""
     with contextlib.suppress(OSError):
-        words = ["-m", name, *args] if kind == "module" else [name, *args]
         _native.set_arguments_shown([os.fsencode(word) for word in words])
+
+
+def arguments_shown(kind: str, name: str, args: list[str]) -> None:
+    """This worker shown as ``python SCRIPT ARGS`` (``python -m MODULE ARGS``),
+    as a worker torchrun starts is, forked or spawned through the wrapper."""
+    show_arguments(["-m", name, *args] if kind == "module" else [name, *args])
 
 
 def signals_as_started() -> None:

@@ -176,12 +176,11 @@ def become_agent(channel: socket.socket, keeper: int) -> NoReturn:
             os.sched_setaffinity(0, request["affinity"])
         _reopen_stdio()
         from pyinit.run import agent
+        from pyinit.run.fresh_interpreter import show_arguments
 
         sys.argv = [agent.__file__, *request["args"]]
         # ps and pkill -f see the agent a cold launch starts, not the warm interpreter.
-        with contextlib.suppress(OSError):
-            words = [*agent.AGENT_START[1:], *request["args"]]
-            _native.set_arguments_shown([os.fsencode(word) for word in words])
+        show_arguments([*agent.AGENT_START[1:], *request["args"]])
         code = _run(lambda: agent.main(list(request["args"]), started=started))
     except BaseException:  # the caller must get a status, whatever this was
         with contextlib.suppress(BaseException):
