@@ -279,7 +279,11 @@ def _fill_closed_stdio() -> None:
         if name not in closed:
             continue
         opened = os.open(os.devnull, os.O_RDWR)
-        if opened != number:
+        if opened == number:
+            # os.open's descriptors are closed on exec, and what this one stands
+            # in for must reach the programs `run` starts.
+            os.set_inheritable(number, True)
+        else:
             os.dup2(opened, number)
             os.close(opened)
         setattr(sys, name, open(number, "r" if number == 0 else "w", closefd=False))  # noqa: SIM115

@@ -622,3 +622,25 @@ def test_a_command_started_with_stdio_closed_does_its_work_without_a_traceback(
         assert done.stderr == said
     else:
         assert done.stderr == ""
+
+
+@pytest.mark.parametrize("closed", [">&-", "2>&-"])
+def test_a_run_started_with_stdout_or_stderr_closed_gives_its_script_dev_null(
+        pyinit_bin, tmp_path, closed):  # fmt: skip
+    """The stand-in for a closed stdout or stderr was closed again at the
+    exec of pod-init, so the workers found the number free: their stream
+    was None (a traceback vanished) and the descriptor was torchrun's agent
+    log, which the next native print would have written into."""
+    (tmp_path / "where.py").write_text(
+        "import os, sys\n"
+        "with open(sys.argv[1], 'w') as out:\n"
+        "    for name, number in (('stdout', 1), ('stderr', 2)):\n"
+        "        out.write(f'{name} {getattr(sys, name) is not None} "
+        "{os.readlink(f\"/proc/self/fd/{number}\")}\\n')\n")  # fmt: skip
+    done = subprocess.run(["bash", "-c", f"'{pyinit_bin}' run --cold --nproc-per-node 1 "
+                           f"--run-dir '{tmp_path}/run' -- where.py '{tmp_path}/seen' {closed}"],
+                          capture_output=True, text=True, timeout=240, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    seen = dict(line.split(" ", 1) for line in (tmp_path / "seen").read_text().splitlines())
+    closed_name = "stdout" if closed == ">&-" else "stderr"
+    assert seen[closed_name] == f"True {os.devnull}"
