@@ -31,7 +31,7 @@ import pytest
 from conftest import EXAMPLE, TINY
 
 from pyinit import phases
-from pyinit.analysis import report
+from pyinit.analysis import report, timeline
 from pyinit.runlog import steps
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -188,6 +188,35 @@ def test_bad_folders_are_one_line(pyinit_bin, tmp_path):
     assert done.returncode == 2 and "no events.jsonl here" in done.stderr
     done = pyinit_report(pyinit_bin, RECORDED, "--price-per-gpu-hour", "-1")
     assert done.returncode == 2 and "--price-per-gpu-hour" in done.stderr
+
+
+def test_the_default_run_folder_is_read_node_by_node(pyinit_bin, tmp_path):
+    """`pyinit run` without --run-dir writes pyinit-run/node0, node1, ...;
+    `pyinit report pyinit-run` was refused as "not a pyinit run folder"."""
+    root = tmp_path / "pyinit-run"
+    shutil.copytree(RECORDED, root / "node0")
+    (root / "node1-old").mkdir()  # not a node's folder: passed over
+    done = pyinit_report(pyinit_bin, "pyinit-run", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert document.pop("html") == "pyinit-run/report.html"
+    assert document.pop("run_dirs") == ["pyinit-run/node0"]
+    golden = json.loads((GOLDEN / "run.json").read_text())
+    assert golden.pop("run_dirs") == ["tests/data/run-report"] and document == golden
+    for node in (10, 2):
+        (root / f"node{node}").mkdir()
+        (root / f"node{node}" / "events.jsonl").touch()
+    assert timeline.run_folders(root) == [root / "node0", root / "node2", root / "node10"]
+    assert timeline.run_folders(root / "node0") == [root / "node0"]
+    done = subprocess.run([str(pyinit_bin), "timeline", root], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 2 and done.stderr == (
+        f"pyinit: {root}: holds 3 nodes' run folders (node0, node2, node10): give one\n"
+    )
+    shutil.rmtree(root / "node2"), shutil.rmtree(root / "node10")
+    done = subprocess.run([str(pyinit_bin), "timeline", root], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0 and "first step" in done.stdout, done.stderr
 
 
 def test_phases_count_once_and_only_inside_a_run(tmp_path):

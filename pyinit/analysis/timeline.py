@@ -12,12 +12,13 @@ in the JSON.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pyinit.errors import InputError
 from pyinit.jsonfile import MalformedJson, open_input, parse_json
-from pyinit.runlog.events import FILE_NAME
+from pyinit.runlog.events import FILE_NAME, NODE_FOLDER
 
 # (event name, label, who records it), in the order they happen.
 PHASES = (
@@ -121,6 +122,21 @@ class Timeline:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def run_folders(given: Path) -> list[Path]:
+    """The run folders GIVEN stands for: itself, or, where it holds no event
+    log but per-node folders (pyinit-run/node0, ... of a run without
+    --run-dir, or the nodes' folders gathered in one place), those in node
+    order."""
+    if not given.is_dir() or os.path.lexists(given / FILE_NAME):
+        return [given]
+    nodes = []
+    for child in given.iterdir():
+        match = NODE_FOLDER.fullmatch(child.name)
+        if match and os.path.lexists(child / FILE_NAME):
+            nodes.append((int(match[1]), child))
+    return [child for _, child in sorted(nodes)] or [given]
 
 
 def read_events(run_dir: Path) -> list[dict]:

@@ -13,7 +13,8 @@ from pyinit.errors import InputError, as_utf8
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
-                        help="a pyinit run folder (--run-dir); one per node")  # fmt: skip
+                        help="a pyinit run folder (--run-dir; one per node), or a folder "
+                        "of nodes' folders (pyinit-run)")  # fmt: skip
     parser.add_argument("--out", metavar="FILE.html",
                         help="where the HTML goes (default: RUN_DIR/report.html)")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
@@ -24,15 +25,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from pyinit.analysis.report import build, text
     from pyinit.analysis.report_html import render_html
+    from pyinit.analysis.timeline import run_folders
     from pyinit.jsonfile import write_text
 
-    folders = [Path(f) for f in args.run_dirs]
-    for folder in folders:
+    given = [Path(f) for f in args.run_dirs]
+    for folder in given:
         if not folder.is_dir():
             raise InputError("not a folder (give the run's --run-dir)", file=str(folder))
-    report = build(folders, args.price_per_gpu_hour)
+    report = build([node for folder in given for node in run_folders(folder)],
+                   args.price_per_gpu_hour)  # fmt: skip
     document = report.summary()
-    out = Path(args.out) if args.out else folders[0] / "report.html"
+    out = Path(args.out) if args.out else given[0] / "report.html"
     # A folder's name need not be UTF-8; the page and the lines show such bytes as \xNN.
     write_text(out, as_utf8(render_html(report, document)))
     document["html"] = str(out)

@@ -49,7 +49,14 @@ from pyinit.run.preload import DEFAULT_PRELOADS
 from pyinit.run.stall import StallWatch
 from pyinit.run.store import Store
 from pyinit.run.warm import client, protocol
-from pyinit.runlog.events import RUN_DIR_ENV, EventLog, boottime, process_start
+from pyinit.runlog.events import (
+    FILE_NAME,
+    RUN_DIR_ENV,
+    EventLog,
+    boottime,
+    default_folder,
+    process_start,
+)
 from pyinit.runlog.progress import TEARDOWN_S, teardown_path
 from pyinit.runlog.steps import FOLDER as STEPS_FOLDER
 from pyinit.say import say
@@ -157,8 +164,8 @@ def run(config: RunConfig, nvml_backend: Any = None, out: IO[str] = sys.stderr) 
         except OSError:
             rendezvous.close()
             raise
-    folder = config.run_dir or Path(f"pyinit-run/node{nodes.rank}")
-    log = EventLog(folder / "events.jsonl", node=nodes.rank)
+    folder = config.run_dir or default_folder(nodes.rank)
+    log = EventLog(folder / FILE_NAME, node=nodes.rank)
     ended = False
     try:
         log.write("start", argv=sys.argv, nodes=nodes.to_dict(), pid=os.getpid())

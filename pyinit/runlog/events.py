@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -25,8 +26,15 @@ from pyinit.phases import boottime
 from pyinit.say import say
 
 FILE_NAME = "events.jsonl"
+# Where a run without --run-dir writes, one folder per node: DEFAULT_ROOT/node0, ...
+DEFAULT_ROOT = Path("pyinit-run")
+NODE_FOLDER = re.compile(r"node(\d+)")
 # Where pyinit run tells its agent and workers to write (the run's folder).
 RUN_DIR_ENV = "PYINIT_RUN_DIR"
+
+
+def default_folder(node: int) -> Path:
+    return DEFAULT_ROOT / f"node{node}"
 
 
 def _stat_fields(pid: int | str) -> list[str]:
