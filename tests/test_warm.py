@@ -239,7 +239,8 @@ def test_a_worker_reads_stdin_and_ends_as_python_ends_a_script(warm_env, tmp_pat
     process with no start method chosen, has the __file__ Python gives it,
     shows ps its script's command line and its agent's, and at its end joins the
     script's threads, then runs its atexit functions, finalizers and
-    logging's shutdown; a forked worker does the same, and never the
+    logging's shutdown, and an uncaught KeyboardInterrupt ends it with its
+    traceback and 130; a forked worker does the same, and never the
     functions its agent registered."""
     notes = tmp_path / "agent-exit-notes"
     # The cold agent preloads a module with an atexit function (another sys.path
@@ -250,6 +251,9 @@ def test_a_worker_reads_stdin_and_ends_as_python_ends_a_script(warm_env, tmp_pat
         "spawn": (("--cold", "--worker-start", "spawn"), "return", 0),
         "cold": (("--cold", "--preload", "agent_exit_function"), "raise", 1),
         "warm": ((), "exit3", 3),
+        # torch's worker function took it for its agent's stop: the worker ended as 0
+        # with no result, and the run waited for that result for good.
+        "interrupted": (("--cold",), "interrupt", 130),
     }  # fmt: skip
     script = Path(os.path.relpath(EXIT_WORK))
     for kind, (options, how, status) in kinds.items():
@@ -280,7 +284,7 @@ def test_a_worker_reads_stdin_and_ends_as_python_ends_a_script(warm_env, tmp_pat
         assert started.startswith(b"\0".join(worker[1:])), (kind, worker)
         assert worker[1] == str(script).encode(), (kind, worker)
         assert agent[1:4] == [b"-P", b"-m", b"pyinit.run.agent"], (kind, agent)
-        if how == "raise":  # its traceback starts in the script, as Python's does
+        if how in ("raise", "interrupt"):  # its traceback starts in the script, as Python's does
             at = result.stderr.index("Traceback (most recent call last):")
             first = result.stderr[at:].splitlines()[1]
             assert first.startswith(f'  File "{os.path.join(os.getcwd(), script)}"'), first
@@ -292,6 +296,31 @@ def test_a_worker_reads_stdin_and_ends_as_python_ends_a_script(warm_env, tmp_pat
             noted = notes.read_text().split()
             assert noted and pid.removeprefix("pid ") not in noted, (noted, pid)
     assert warm_event(tmp_path / "run-warm")["used"] is True
+
+
+# Rank 1 ends the process itself, as scripts do where a library's teardown can
+# hang; rank 0 returns after it.
+ENDS_BY_OS_EXIT = """
+import os, sys, time
+print(f"rank {os.environ['RANK']} done", flush=True)
+if os.environ["RANK"] == "1":
+    os._exit(0)
+time.sleep(0.5)
+"""
+
+
+@pytest.mark.parametrize("kind", ["cold", "warm"])
+def test_a_rank_that_ends_by_os_exit_0_has_succeeded(warm_env, tmp_path, kind):
+    """A forked worker that exits 0 without returning hands torch's agent no
+    return value, and the agent waited for it for good; under torchrun that
+    process is simply a success."""
+    script = tmp_path / "ends_by_os_exit.py"
+    script.write_text(ENDS_BY_OS_EXIT)
+    result = run(warm_env, tmp_path / "run", *(("--cold",) if kind == "cold" else ()),
+                 script=script)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(result.stdout.splitlines()) == ["rank 0 done", "rank 1 done"]
+    assert warm_event(tmp_path / "run").get("used", False) is (kind == "warm")
 
 
 SAVE_ON_CTRL_C = Path(__file__).parent / "data" / "save_on_ctrl_c.py"

@@ -28,6 +28,7 @@ from typing import Any
 
 from pyinit import bytecode
 from pyinit.jsonfile import write_json
+from pyinit.run import group
 from pyinit.run.preload import (
     PreloadError,
     collector_paused,
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None, started: float | None = None) -> None:
             if preloads:  # workers forked from here: a restarted group's are too
                 preload_compile_for_restarts(Path(folder, "status"))
         if preloads:
-            release_finished_workers_on_close()
+            forked_workers_end_as_processes()
         imported = boottime()
         try:
             new = import_all(preloads)
@@ -176,20 +177,51 @@ def time_restarts(status_dir: Path, node: int) -> None:
     timed(LocalElasticAgent, "_start_workers", "restart start workers")
 
 
-def release_finished_workers_on_close() -> None:
-    """Workers forked by torchrun's agent let go when it stops them.
+def forked_workers_end_as_processes() -> None:
+    """Workers forked by torchrun's agent end as the processes torchrun
+    starts end, seen from the agent.
 
-    A forked worker whose script has returned waits, before it exits, for the
-    agent to say it has read the worker's return value; the agent says so
-    only once every worker has returned. When the agent stops the workers
-    instead (a signal to the run, a failed rank), a worker that had already
-    returned (a script that caught Ctrl-C's KeyboardInterrupt, saved and
-    ended) waited out torchrun's 30 s grace and was KILLed. Its return value
-    is already in its pipe (a SimpleQueue, no feeder thread), so the agent
-    says it has read them all before it signals the workers."""
+    torch's group of forked workers is done when every worker has handed
+    back its function's return value; each then waits, before it exits, for
+    the agent to say it has read them all. Two ends did not fit:
+
+    - A worker that exits 0 without a return value (a script ending in
+      ``os._exit(0)``, common where a library's teardown can hang): the
+      agent waited for its value for good. It now counts as returned, as a
+      process that exits 0 is a success for torchrun.
+    - When the agent stops the workers (a signal to the run, a failed
+      rank), a worker that had already returned (a script that caught
+      Ctrl-C's KeyboardInterrupt, saved and ended) waited out torchrun's 30
+      s grace and was KILLed. Its return value is already in its pipe (a
+      SimpleQueue, no feeder thread), so the agent says it has read them all
+      before it signals the workers; the workers see that as the group's
+      stop (``pyinit.run.group``)."""
     from torch.distributed.elastic.multiprocessing.api import MultiprocessContext
 
-    close = MultiprocessContext._close
+    start, poll, close = (
+        MultiprocessContext._start,
+        MultiprocessContext._poll,
+        MultiprocessContext._close,
+    )
+
+    @functools.wraps(start)
+    def start_sharing(context: Any) -> Any:
+        group.started(context._worker_finished_event)
+        return start(context)
+
+    @functools.wraps(poll)
+    def poll_counting_silent_ends(context: Any) -> Any:
+        result = poll(context)
+        if result is not None or context._pc is None:
+            return result
+        silent = [rank for rank, process in enumerate(context._pc.processes)
+                  if rank not in context._return_values and process.exitcode == 0]  # fmt: skip
+        if not silent:
+            return None
+        for rank in silent:  # a value sent just before the exit is read, not replaced
+            queue = context._ret_vals[rank]
+            context._return_values[rank] = None if queue.empty() else queue.get()
+        return poll(context)
 
     @functools.wraps(close)
     def close_releasing(context: Any, *args: Any, **kwargs: Any) -> Any:
@@ -198,6 +230,8 @@ def release_finished_workers_on_close() -> None:
             finished.set()
         return close(context, *args, **kwargs)
 
+    MultiprocessContext._start = start_sharing
+    MultiprocessContext._poll = poll_counting_silent_ends
     MultiprocessContext._close = close_releasing
 
 

@@ -43,7 +43,7 @@ from pyinit import _native
 from pyinit.jsonfile import write_json
 from pyinit.phases import install as install_phases
 from pyinit.phases import phase
-from pyinit.run import compiled_flag, fresh_interpreter
+from pyinit.run import compiled_flag, fresh_interpreter, group
 from pyinit.run.agent import COMPILED_MARK, TERMINAL_FD_ENV
 from pyinit.run.compiles import (
     COMPILE_CACHE_ENV,
@@ -67,6 +67,10 @@ from pyinit.runlog.progress import (
 )
 from pyinit.runlog.steps import StepLog, steps_path
 from pyinit.say import say
+
+# The status a shell shows for Python ended by an uncaught KeyboardInterrupt
+# (it ends by SIGINT itself).
+INTERRUPTED = 128 + signal.SIGINT
 
 
 def _record(status_dir: Path, code: int) -> None:
@@ -473,10 +477,15 @@ def main() -> None:
             e = SystemExit(1)
         raise e from None
     except BaseException as error:
+        interrupted = isinstance(error, KeyboardInterrupt)
+        if interrupted and group.stopping():
+            # The agent's stop, by its SIGINT to the group: pyinit run says how the run ended.
+            _end(Path(status_dir), INTERRUPTED, forked)
+            sys.exit(INTERRUPTED)
+        # Any other uncaught exception ends the script as Python ends it. torch's worker
+        # function takes a KeyboardInterrupt for its agent's stop and ends the worker as 0
+        # with no result, for which the agent would wait for good.
         line = checkpoint_failure(error)
-        if line is None and not isinstance(error, Exception):
-            _end(Path(status_dir), 1, forked)
-            raise
         if line is None:
             line = peer_gone_line(error, traceback_path(Path(status_dir), rank))
         if line is not None:
@@ -489,8 +498,9 @@ def main() -> None:
             traceback.print_exception(
                 type(error), error, fresh_interpreter.from_the_script(error.__traceback__)
             )
-        _end(Path(status_dir), 1, forked)
-        sys.exit(1)
+        code = INTERRUPTED if interrupted else 1
+        _end(Path(status_dir), code, forked)
+        sys.exit(code)
     finally:
         if marks is not None:
             marks.finish()

@@ -3,7 +3,8 @@ multiprocessing (after choosing its start method), its own file's name and
 the command lines ps shows for it and its parent, then leaves Python's exit
 its usual work: a thread still running, an atexit function, a temporary
 folder never cleaned up and a buffered log handler never flushed. It ends
-as argv[2] says: return, exit3 or raise."""
+as argv[2] says: return, exit3, raise or interrupt (an uncaught
+KeyboardInterrupt)."""
 
 import atexit
 import logging
@@ -65,3 +66,5 @@ if how == "exit3":
     sys.exit(3)
 if how == "raise":
     raise RuntimeError("the script failed")
+if how == "interrupt":
+    raise KeyboardInterrupt
