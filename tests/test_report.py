@@ -366,7 +366,9 @@ def test_a_run_without_a_step_is_not_healthy_even_when_it_exits_0(tmp_path):
     events = [{"boottime": 10.0, "event": "start"}, {"boottime": 12.0, "event": "end", "status": 0}]
     document = report.build([write_run(tmp_path / "run", events, {})], price=None).summary()
     assert report.ended_line(document) == "exit 0, finished without a single step"
-    assert document["findings"][0].startswith("The run failed (exit 0)")
+    assert document["findings"][0] == (
+        "The run trained nothing (exit 0): finished without a single step."
+    )
 
 
 def test_checkpoints_report_their_bytes_seconds_and_what_they_blocked(tmp_path):

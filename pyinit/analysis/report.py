@@ -540,7 +540,9 @@ def findings(report: Report, document: dict[str, Any]) -> list[str]:
     outcome = document["outcome"]
     if not outcome["healthy"]:
         status = "no exit status" if outcome["status"] is None else f"exit {outcome['status']}"
-        notes.insert(0, f"The run failed ({status}): {outcome['how']}.")
+        # A clean exit with no step is no failure of the script's, but nothing trained.
+        lead = "The run trained nothing" if outcome["status"] == 0 else "The run failed"
+        notes.insert(0, f"{lead} ({status}): {outcome['how']}.")
     elif not notes:
         notes.append("No loss above 0.5 %: the run spent its time in steps.")
     return notes
