@@ -81,16 +81,19 @@ def test_the_example_trains_on_cpu_and_the_loss_falls(pyinit_bin, shards, tmp_pa
     assert "forked with torch loaded: no import" in timeline.stdout
 
 
-def test_a_script_that_exits_3_gives_3(pyinit_bin, tmp_path):
-    script = tmp_path / "three.py"
-    script.write_text("import sys\nsys.exit(3)\n")
+# sys.exit(-1) is status 255 from Python: the launcher named it "exit status -1".
+@pytest.mark.parametrize(("code", "status"), [(3, 3), (-1, 255)])
+def test_a_script_s_exit_status_is_the_run_s(pyinit_bin, tmp_path, code, status):
+    script = tmp_path / "exits.py"
+    script.write_text(f"import sys\nsys.exit({code})\n")
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     result = pyinit_run(pyinit_bin, "--nproc-per-node", "1", "--run-dir", tmp_path, "--", script,
                         env={**os.environ, "TMPDIR": str(scratch)})  # fmt: skip
-    assert result.returncode == 3, result.stderr[-2000:]
+    assert result.returncode == status, result.stderr[-2000:]
+    assert f", exit status {status})\n" in result.stderr
     end = events(tmp_path)[-1]
-    assert end["event"] == "end" and end["status"] == 3 and end["torchrun_status"] == 1
+    assert end["event"] == "end" and end["status"] == status and end["torchrun_status"] == 1
     # torchrun's folders of attempts are the run folder's, not a new one in TMPDIR per run.
     assert list(scratch.glob("torchelastic_*")) == []
     assert list((tmp_path / "torchrun").glob("*/attempt_0"))

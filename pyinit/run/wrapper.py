@@ -472,7 +472,8 @@ def main() -> None:
             sys.path.insert(0, str(Path(name).resolve().parent))
             fresh_interpreter.run_script(name)
     except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        # The status the process ends with: exit() keeps the low byte (-1 is 255).
+        code = e.code % 256 if isinstance(e.code, int) else (0 if e.code is None else 1)
         if _end(Path(status_dir), code, forked) != code:
             e = SystemExit(1)
         raise e from None
