@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -461,6 +462,36 @@ def test_a_peer_answering_garbage_is_no_stall(answer):
     finally:
         own.close()
         server.close()
+
+
+def test_the_liveness_port_outlives_resets_and_askers_that_never_read():
+    """Anyone on the network may connect to a node's liveness port. A
+    connection reset before its answer (a port scan's) ended the thread that
+    answers, with a traceback, and the node then looked gone to every other;
+    an asker that never reads a stall verdict larger than its window held
+    the port for good."""
+    from pyinit.run.liveness import ANSWER_TIMEOUT_S, Liveness
+
+    own = Liveness("127.0.0.1", 0)
+    address = own._sock.getsockname()
+    own.start()
+    try:
+        for _ in range(20):
+            conn = socket.create_connection(address)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()  # a reset, not a close
+        own.report_stall({"count": 1, "causes": [], "where": "x" * (16 << 20)})
+        silent = socket.socket()
+        silent.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        silent.connect(address)
+        began = time.monotonic()
+        with socket.create_connection(address, timeout=60) as conn:
+            line = conn.makefile("rb").readline()
+        assert line.startswith(b"stall {") and line.endswith(b"}\n")
+        assert time.monotonic() - began < ANSWER_TIMEOUT_S + 30
+        silent.close()
+    finally:
+        own.close()
 
 
 def test_a_peer_stall_verdict_is_taken():

@@ -5,6 +5,7 @@ stall verdict, so every node names the rank that stalled."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -16,6 +17,9 @@ from typing import Any
 from pyinit.jsonfile import parse_json
 
 PEER_POLL_S = 1.0  # how often a watched run asks the other nodes for a stall
+# How long one asker may hold the port: answers are sent one at a time, and one
+# that does not read (a stall verdict larger than its window) must not hold up the rest.
+ANSWER_TIMEOUT_S = 2.0
 JOINED = b"alive joined\n"  # the answer of a node whose agent has reached the rendezvous
 
 
@@ -53,7 +57,10 @@ class Liveness:
                 conn, _ = self._sock.accept()
             except OSError:
                 return
-            with conn:
+            # Anyone on the network may connect: one that resets the connection (a port
+            # scan) or never reads ends its own answer, never the port.
+            with conn, contextlib.suppress(OSError):
+                conn.settimeout(ANSWER_TIMEOUT_S)
                 conn.sendall(self.stall or (JOINED if self.joined() else b"alive\n"))
 
     def report_stall(self, verdict: dict[str, Any]) -> None:
