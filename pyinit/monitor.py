@@ -390,7 +390,29 @@ class Metrics:
         except OSError as e:
             reason = e.strerror or str(e)
             raise InputError(f"--prometheus {address!r}: cannot listen there: {reason}") from None
+        _scrapers_as_strangers(server)
         return server
+
+
+# How long a scraper's connection may send nothing before it is dropped.
+SCRAPE_IDLE_S = 30.0
+
+
+def _scrapers_as_strangers(server: Any) -> None:
+    """The metrics port answers anyone on the network it listens on: a
+    connection reset mid-request (a port scan, a scraper that gives up) was
+    a traceback on stderr each, and one that never finishes its request
+    held a thread for good. Connection errors are dropped quietly, and an
+    idle connection after SCRAPE_IDLE_S; any other error is still shown."""
+    shown = server.handle_error
+
+    def handle_error(request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], OSError):
+            shown(request, client_address)
+
+    server.handle_error = handle_error
+    server.RequestHandlerClass = type("ScrapeHandler", (server.RequestHandlerClass,),
+                                      {"timeout": SCRAPE_IDLE_S})  # fmt: skip
 
 
 class Monitor:

@@ -9,6 +9,7 @@ import http.server
 import json
 import re
 import socket
+import struct
 import subprocess
 import threading
 import urllib.request
@@ -18,6 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pyinit import cli
+from pyinit import monitor as monitor_module
 from pyinit.monitor import AlertEngine, Metrics, Monitor, Thresholds, redact_url
 from pyinit.nvml import FakeNvml
 
@@ -146,6 +148,32 @@ def test_prometheus_endpoint_and_textfile_parse(tmp_path):
         f.name for f in text_string_to_metric_families((tmp_path / "podinit.prom").read_text())
     }
     assert "podinit_gpu_utilization_ratio" in parsed and "podinit_gpu_xid" in parsed
+
+
+def test_the_metrics_port_takes_resets_and_idle_scrapers_quietly(monkeypatch, capfd):
+    """A port scan's resets were a traceback each on the monitor's stderr,
+    and a connection that never finished its request kept a thread for
+    good."""
+    monkeypatch.setattr(monitor_module, "SCRAPE_IDLE_S", 0.5)
+    metrics = Metrics()
+    metrics.update(Monitor(fake_nvml([42]), thresholds=Thresholds()).sample(), [])
+    server = metrics.serve(str(free_port()))
+    address = server.server_address[:2]
+    try:
+        for _ in range(10):
+            conn = socket.create_connection(address)
+            conn.sendall(b"GET /metr")
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()  # a reset mid-request
+        with socket.create_connection(address, timeout=30) as idle:
+            idle.sendall(b"GET /metrics HTTP/1.1\r\n")  # and nothing more
+            assert idle.recv(1) == b""  # dropped once idle, not held
+        page = urllib.request.urlopen(f"http://{address[0]}:{address[1]}/metrics", timeout=30)
+        assert page.status == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "Traceback" not in capfd.readouterr().err
 
 
 def test_once_json_without_nvml_reports_block_devices(pyinit_bin, tmp_path):
