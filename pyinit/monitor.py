@@ -20,6 +20,7 @@ import errno
 import json
 import math
 import os
+import queue
 import re
 import sys
 import threading
@@ -281,7 +282,16 @@ def redact_url(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, host, parts.path, query, ""))
 
 
+# Alerts queued for a receiver that is slow or down; past this they are dropped.
+WEBHOOK_BACKLOG = 256
+# How long the monitor's end waits for the alerts still queued.
+WEBHOOK_DRAIN_S = 10.0
+
+
 class Webhook:
+    """Alertmanager-style POSTs from a thread of their own: a receiver that
+    hangs or answers a byte at a time delays its alerts, never the samples."""
+
     def __init__(self, url: str, headers: dict[str, str], log: IO[str]):
         # user:password@ in the URL: sent as basic auth (urllib would try to resolve
         # "user:password@host" as a host name), and never shown in a log line.
@@ -299,16 +309,39 @@ class Webhook:
             url = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
         self.url = url
         self.log = log
+        self._queued: queue.Queue[dict[str, Any] | None] = queue.Queue(WEBHOOK_BACKLOG)
+        self._sender = threading.Thread(target=self._send_queued, name="pyinit-webhook",
+                                        daemon=True)  # fmt: skip
+        self._sender.start()
 
     def send(self, payload: dict[str, Any]) -> None:
+        """Queues the alert for the sender thread."""
+        try:
+            self._queued.put_nowait(payload)
+        except queue.Full:
+            self.log.write(f"pyinit monitor: webhook {redact_url(self.url)} is {WEBHOOK_BACKLOG} "
+                           "alerts behind; this one is dropped\n")  # fmt: skip
+
+    def close(self) -> None:
+        """Waits up to WEBHOOK_DRAIN_S for the queued alerts to go out."""
+        deadline = time.monotonic() + WEBHOOK_DRAIN_S
+        with contextlib.suppress(queue.Full):
+            self._queued.put(None, timeout=WEBHOOK_DRAIN_S)
+        self._sender.join(max(0.0, deadline - time.monotonic()))
+
+    def _send_queued(self) -> None:
+        while (payload := self._queued.get()) is not None:
+            self._post(payload)
+
+    def _post(self, payload: dict[str, Any]) -> None:
         request = urllib.request.Request(
             self.url, data=json.dumps(payload).encode(), method="POST",
             headers={"Content-Type": "application/json", **self.headers},
         )  # fmt: skip
         where = redact_url(self.url)
         try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                response.read()
+            with urllib.request.urlopen(request, timeout=10):
+                pass  # the status is the answer; a body is not waited for
             name = payload["alerts"][0]["labels"]["alertname"]
             self.log.write(f"pyinit monitor: alert {payload['status']} {name} sent to {where}\n")
         except OSError as e:
@@ -593,6 +626,8 @@ def watch(args: Any, nvml_backend: Any = None, out: IO[str] | None = None) -> in
                 return 0
             time.sleep(args.interval)
     finally:
+        if webhook is not None:
+            webhook.close()
         if lines is not None:
             lines.close()
         if server is not None:

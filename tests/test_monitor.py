@@ -12,6 +12,7 @@ import socket
 import struct
 import subprocess
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -213,6 +214,31 @@ def test_plain_monitor_prints_a_live_table(monkeypatch, capsys):
     assert "# time" in snapshot and "{" not in snapshot
 
 
+def test_a_receiver_that_never_answers_delays_no_sample(tmp_path, monkeypatch, capsys):
+    """The alerts were posted from the sampling loop, 10 s of timeout each:
+    a hung Alertmanager stretched 16 samples 0.1 s apart over a minute."""
+    silent = socket.create_server(("127.0.0.1", 0))  # never accepts, never answers
+    thresholds = tmp_path / "thresholds.json"
+    thresholds.write_text(json.dumps({"gpu_util_for_s": 0.25, "nvme_read_latency_us": 0}))
+    monkeypatch.setattr(cli, "nvml_backend", fake_nvml([50] * 8 + [85] * 8))
+    monkeypatch.setattr(monitor_module, "WEBHOOK_DRAIN_S", 1.0)
+    began = time.monotonic()
+    status = cli.main(["monitor", "--interval", "0.1", "--count", "16", "--thresholds",
+                       str(thresholds), "--webhook", f"http://127.0.0.1:{silent.getsockname()[1]}/",
+                       "--out", str(tmp_path / "m.jsonl")])  # fmt: skip
+    took = time.monotonic() - began
+    silent.close()  # the post still waiting fails now, and its thread says so and ends
+    for thread in threading.enumerate():
+        if thread.name == "pyinit-webhook":
+            thread.join(30)
+    assert status == 0
+    lines = (tmp_path / "m.jsonl").read_text().splitlines()
+    times = [json.loads(line)["boottime"] for line in lines]
+    assert len(times) == 16 and times[-1] - times[0] < 9.0  # 1.5 s unloaded; one timeout is 10
+    assert took < 20.0
+    assert "failed" in capsys.readouterr().err
+
+
 def test_credentials_in_a_webhook_url_go_as_basic_auth_and_are_never_logged():
     import base64
     import io
@@ -225,7 +251,9 @@ def test_credentials_in_a_webhook_url_go_as_basic_auth_and_are_never_logged():
     log = io.StringIO()
     url = f"http://alert%40ops:s3cr%3At@127.0.0.1:{server.server_address[1]}/hook"
     payload = {"status": "firing", "alerts": [{"labels": {"alertname": "Test"}}]}
-    Webhook(url, {}, log).send(payload)
+    webhook = Webhook(url, {}, log)
+    webhook.send(payload)
+    webhook.close()
     server.shutdown()
     server.server_close()
     [(_body, headers)] = RECEIVED
