@@ -3,6 +3,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import mmap
 import os
 import pty
 import select
@@ -108,6 +109,21 @@ def eightgpu_tree(tmp_path_factory) -> Path:
 def fresh_8gpu(tmp_path) -> sysfs_fixtures.SysfsTree:
     """An 8-GPU tree a test may damage."""
     return sysfs_fixtures.build_8gpu(tmp_path / "8gpu")
+
+
+@contextlib.contextmanager
+def resident(*paths: os.PathLike) -> Iterator[None]:
+    """The files written back and held in the page cache while inside: mapped
+    and touched, since pages a process maps survive the drop_caches that a
+    benchmark's test running beside (the suite runs two files at a time)
+    would otherwise make of a test's "just written, so resident"."""
+    with contextlib.ExitStack() as held:
+        for path in paths:
+            f = held.enter_context(open(path, "rb"))
+            os.fsync(f.fileno())  # a page the flusher held locked would not be read from the cache
+            mapped = held.enter_context(mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ))
+            sum(mapped[::4096])  # each page faulted in
+        yield
 
 
 def run(cmd: list[str | os.PathLike], **kwargs) -> subprocess.CompletedProcess:

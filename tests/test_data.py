@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import resident
 
 from pyinit.data import TokenShardDataset
 from pyinit.data.shard_format import HEADER_BYTES, ShardWriter, read_header
@@ -132,9 +133,8 @@ def test_warm_rows_come_from_the_page_cache_and_cold_ones_from_the_device(shards
     # A copy no other test's reader has mapped: mapped pages are not evicted.
     shards = shutil.copytree(shards, shards.with_name("copy"))
     data = TokenShardDataset(shards, SEQ, 0, 1, batch_size=16)
-    for path in data.paths:  # just written: resident
-        Path(path).read_bytes()
-    warm = data.batch(0)
+    with resident(*data.paths):
+        warm = data.batch(0)
     stats = data.reader_stats()
     assert stats["page_cache_reads"] == 16 and stats["ios"] == 0
     data.close()  # pages mapped by a process stay in the cache

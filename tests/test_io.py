@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import resident
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -233,8 +234,8 @@ def test_one_batch_across_files_and_from_the_page_cache(data_file, backend):
     offsets = np.array([0, 4096, 777, SIZE - 2050, 12_345])
     files = np.array([1, 0, 1, 0, 1])
     try:
-        # Both files were just written, so every row is in the page cache.
-        with DirectReader([path, second], backend=backend, page_cache=True) as r:
+        with resident(path, second), DirectReader([path, second], backend=backend,
+                                                  page_cache=True) as r:  # fmt: skip
             assert r.paths == [str(path), str(second)] and r.sizes == [SIZE, SIZE]
             rows = r.read_batch(offsets, 2050, files=files)
             stats = r.stats()
@@ -449,16 +450,11 @@ def test_stream_across_files_and_the_page_cache(data_file):
     second = path.with_name("stream-reversed.bin")
     second.write_bytes(content[::-1])
     try:
-        # Written back first: a page the flusher holds locked at that moment
-        # would fail the copy's RWF_NOWAIT and be read directly instead.
-        for written in (path, second):
-            with open(written, "rb") as f:
-                os.fsync(f.fileno())
         offsets, files = np.array([5, 9000, 70_000, 3]), np.array([1, 0, 1, 0])
-        with DirectReader([path, second], page_cache=True) as r:
+        with resident(path, second), DirectReader([path, second], page_cache=True) as r:
             stream = r.stream(offsets, 2050, files=files)
             rows = list(stream)
-            assert stream.stats()["page_cache_reads"] == 4  # both files were just written
+            assert stream.stats()["page_cache_reads"] == 4
         sources = [content, content[::-1]]
         for row, offset, file in zip(rows, offsets, files, strict=True):
             assert row.tobytes() == sources[file][offset : offset + 2050]
