@@ -138,6 +138,12 @@ BAD_INPUT = [
      2, "{tmp}/events.jsonl:2: malformed JSON"),
     (["pyinit", "report", "{tmp}"], {"events.jsonl": b'{"event": "start"}\n'}, 2,
      "the event log has no timestamps"),
+    # A folder of nodes' folders (pyinit-run/nodeN): each node's log is read, and named.
+    (["pyinit", "report", "{tmp}"], {"node0/events.jsonl": b'{"event": "start"}\n{"event": \n{}\n',
+                                     "node0-old/events.jsonl": b"{}\n"}, 2,
+     "{tmp}/node0/events.jsonl:2: malformed JSON"),
+    (["pyinit", "timeline", "{tmp}"], {"node0/events.jsonl": b"", "node1/events.jsonl": b""}, 2,
+     "{tmp}: holds 2 nodes' run folders (node0, node1): give one"),
     (["pyinit", "report", "{tmp}", "--price-per-gpu-hour", "nan"], {}, 2,
      "--price-per-gpu-hour: must be from 0"),
     (["pyinit", "nccl", "--sysfs-root", "{sys}", "--out", "{tmp}/out", "--node", "-1"], {}, 2,
@@ -255,6 +261,7 @@ def test_bad_input_is_one_line_and_no_output(words, files, status, message, pod_
         if data is FIFO:
             os.mkfifo(tmp_path / name)
         else:
+            (tmp_path / name).parent.mkdir(exist_ok=True)
             (tmp_path / name).write_bytes(data)
         fill[name] = str(tmp_path / name)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "SLURM_"))}
