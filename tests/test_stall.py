@@ -28,6 +28,9 @@ JOB = textwrap.dedent("""
     import pyinit.worker
 
     how = sys.argv[1]
+    if how == "closes":  # a daemon's habit: its own files on the numbers of what it inherited
+        os.closerange(3, 1 << 16)
+        mine = [open(f"mine-{os.environ['RANK']}-{i}", "w") for i in range(40)]
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     stalling = int(os.environ.get("STALL_RANK", "1"))
@@ -40,7 +43,7 @@ JOB = textwrap.dedent("""
                 from pyinit.runlog.progress import STACK_SIGNAL
                 signal.signal(STACK_SIGNAL, signal.SIG_IGN)
                 time.sleep(3600)
-            if how == "sleep":
+            if how in ("sleep", "closes"):
                 time.sleep(3600)  # the stall: asleep in the loop
             while True:  # the stall: busy, never reaching the all-reduce rank 0 waits in
                 pass
@@ -69,8 +72,12 @@ def events(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_sleeping_rank_is_named_with_its_stack_and_the_run_ends(pyinit_bin, tmp_path):
-    done = run_job(pyinit_bin, tmp_path, "sleep", "--stall-timeout", "10")
+@pytest.mark.parametrize("how", ["sleep", "closes"])
+def test_a_sleeping_rank_is_named_with_its_stack_and_the_run_ends(pyinit_bin, tmp_path, how):
+    """Also where the script closed every descriptor it inherited and opened
+    its own on those numbers: the stacks still come to the watch, and none
+    lands in the script's files."""
+    done = run_job(pyinit_bin, tmp_path, how, "--stall-timeout", "10")
     assert done.returncode == EXIT_STALLED, done.stderr[-3000:]
     log = events(tmp_path)
     stall = next(e for e in log if e["event"] == "stall")
@@ -92,6 +99,8 @@ def test_a_sleeping_rank_is_named_with_its_stack_and_the_run_ends(pyinit_bin, tm
     assert "all_reduce" in (Path(stall["folder"]) / "stack-rank0.txt").read_text()
     assert "rank 1 (node 0) made no step for" in done.stderr and "after step 5" in done.stderr
     assert not any(process_alive(r["pid"]) for r in stall["ranks"])  # no process left
+    assert all(mine.stat().st_size == 0 for mine in tmp_path.glob("mine-*"))
+    assert len(list(tmp_path.glob("mine-*"))) == (80 if how == "closes" else 0)
 
 
 @pytest.mark.slow

@@ -23,6 +23,7 @@ from conftest import BIN_DIR, ctrl_c_at_a_terminal
 from conftest import run_events as events
 
 from pyinit.run.preload import COMPILE_PRELOAD_STEPS
+from pyinit.runlog.steps import RECORD
 
 DETERMINISTIC = Path(__file__).parent / "data" / "deterministic_train.py"
 ISA_REPORT = Path(__file__).parent / "data" / "cpu_isa_report.py"
@@ -321,6 +322,53 @@ def test_a_rank_that_ends_by_os_exit_0_has_succeeded(warm_env, tmp_path, kind):
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(result.stdout.splitlines()) == ["rank 0 done", "rank 1 done"]
     assert warm_event(tmp_path / "run").get("used", False) is (kind == "warm")
+
+
+# A daemon's habit: every descriptor it did not open is closed, then files of
+# its own take the freed numbers (those of the run's logs and of the pipe a
+# forked worker hands its result back on), and it trains.
+CLOSES_INHERITED = """
+import os, sys
+import torch, torch.distributed as dist
+os.closerange(3, 1 << 16)
+rank = os.environ["RANK"]
+mine = [open(f"{sys.argv[1]}/mine-{rank}-{i}.txt", "w") for i in range(40)]
+dist.init_process_group("gloo")
+model = torch.nn.Linear(4, 4)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    model(torch.randn(2, 4)).sum().backward()
+    optimizer.step()
+for i, f in enumerate(mine):
+    f.write(f"{rank} {i}\\n")
+    f.close()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("kind", ["cold", "warm"])
+def test_a_script_that_closes_what_it_inherited_runs_as_under_torchrun(warm_env, tmp_path, kind):
+    """Under a forked worker the script's own files took the numbers of the
+    run's logs, which then wrote records into them, and of torch's return
+    pipe, whose write failed the rank (exit 1). Now the run succeeds, each of
+    the script's files holds only its own line, and the logs go on."""
+    script = tmp_path / "closes_inherited.py"
+    script.write_text(CLOSES_INHERITED)
+    out = tmp_path / "files"
+    out.mkdir()
+    run_dir = tmp_path / "run"
+    result = run(warm_env, run_dir, *(("--cold",) if kind == "cold" else ()), script=script,
+                 script_args=(str(out),))  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "stop" not in result.stderr, result.stderr[-3000:]
+    for rank in (0, 1):
+        for i in range(40):
+            assert (out / f"mine-{rank}-{i}.txt").read_text() == f"{rank} {i}\n"
+        assert (run_dir / "steps" / f"rank-{rank}.bin").stat().st_size == 3 * RECORD.size
+    first_steps = [e["rank"] for e in events(run_dir)
+                   if e["event"] == "phase" and e["name"] == "first step"]  # fmt: skip
+    assert sorted(first_steps) == [0, 1]
+    assert warm_event(run_dir).get("used", False) is (kind == "warm")
 
 
 SAVE_ON_CTRL_C = Path(__file__).parent / "data" / "save_on_ctrl_c.py"

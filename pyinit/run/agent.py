@@ -206,7 +206,7 @@ def forked_workers_end_as_processes() -> None:
 
     @functools.wraps(start)
     def start_sharing(context: Any) -> Any:
-        group.started(context._worker_finished_event)
+        group.started(context._worker_finished_event, context._ret_vals)
         return start(context)
 
     @functools.wraps(poll)

@@ -1,24 +1,56 @@
-"""What a forked worker shares with its agent: the worker group's "finished"
-event (torch's ``MultiprocessContext``'s, a semaphore in shared memory). The
-agent sets it when every worker has returned, and, before it signals them,
-when it stops the group (``pyinit.run.agent``); a worker forked after
-``started`` inherits it, so an interrupt it gets can be told apart from the
-agent's stop.
+"""What a forked worker shares with its agent, from torch's
+``MultiprocessContext``:
+
+- the worker group's "finished" event (a semaphore in shared memory). The
+  agent sets it when every worker has returned, and, before it signals them,
+  when it stops the group (``pyinit.run.agent``); a worker forked after
+  ``started`` inherits it, so an interrupt it gets can be told apart from the
+  agent's stop;
+- the pipes each worker hands its return value back on. A script may close
+  the descriptors it did not open (``os.closerange(3, ...)``) and open its
+  own on the freed numbers: the worker then checks that its pipe is still
+  the one it was forked with before torch writes to it.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 _finished: Any = None
+_returns: dict[int, Any] = {}  # local rank: torch's SimpleQueue for its return value
 
 
-def started(finished: Any) -> None:
-    """In the agent, as it forks a group: that group's event."""
-    global _finished
-    _finished = finished
+def started(finished: Any, returns: dict[int, Any]) -> None:
+    """In the agent, as it forks a group: that group's event and return queues."""
+    global _finished, _returns
+    _finished, _returns = finished, returns
 
 
 def stopping() -> bool:
     """In a forked worker: whether its agent is ending the group."""
     return _finished is not None and _finished.is_set()
+
+
+def return_pipe(local_rank: int) -> tuple[int, int, int] | None:
+    """In a forked worker, before the script runs: the descriptor its return
+    value goes back on, with that pipe's device and inode; None where the
+    agent forked no group (a worker of plain torchrun)."""
+    queue = _returns.get(local_rank)
+    if queue is None:
+        return None
+    fd = queue._writer.fileno()
+    pipe = os.fstat(fd)
+    return fd, pipe.st_dev, pipe.st_ino
+
+
+def return_pipe_kept(pipe: tuple[int, int, int] | None) -> bool:
+    """Whether the descriptor still is that pipe (the script did not close it)."""
+    if pipe is None:
+        return True
+    fd, device, inode = pipe
+    try:
+        now = os.fstat(fd)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) == (device, inode)

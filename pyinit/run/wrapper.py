@@ -54,6 +54,7 @@ from pyinit.run.compiles import (
 from pyinit.run.pattern_setup import PatternSetup, record_device, recorded_device
 from pyinit.run.preload import COMPILE_PRELOADS, threads_as_asked
 from pyinit.run.store import FD_ENV as STORE_FD_ENV
+from pyinit.runlog.appender import Appender
 from pyinit.runlog.events import EventLog, boottime, process_start
 from pyinit.runlog.progress import (
     STACK_SIGNAL,
@@ -404,9 +405,20 @@ def watch_progress(status_dir: Path, rank: int) -> ProgressWriter:
     its stacks written on STACK_SIGNAL (faulthandler: even from inside C code)."""
     progress = ProgressWriter(progress_path(status_dir, rank))
     install(progress)
-    progress.start_heartbeat()
-    stacks = open(stack_path(status_dir, rank), "w")  # noqa: SIM115 (faulthandler keeps it)
-    faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=True, chain=False)
+    # The watch reads each dump from where the file ended when it asked. A
+    # signal handler cannot check its descriptor (pyinit.runlog.appender):
+    # the heartbeat does, and hands faulthandler the file opened again.
+    stacks = Appender(stack_path(status_dir, rank))
+
+    def dump_stacks_to_file() -> None:
+        faulthandler.register(STACK_SIGNAL, file=stacks.fd, all_threads=True, chain=False)
+
+    def keep_stack_file() -> None:
+        if stacks.reopened():
+            dump_stacks_to_file()
+
+    dump_stacks_to_file()
+    progress.start_heartbeat(keep_stack_file)
     return progress
 
 
@@ -434,6 +446,7 @@ def main() -> None:
         fresh_interpreter.multiprocessing_as_started()
         fresh_interpreter.take_stdin()
         fresh_interpreter.drop_inherited_exit_functions()
+    returns = group.return_pipe(int(os.environ.get("LOCAL_RANK", "0"))) if forked else None
     status_dir, kind, name, *args = sys.argv[1:]
     # torchrun counts its restarts of the worker group; pyinit run watches for new attempts.
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
@@ -458,6 +471,7 @@ def main() -> None:
         marks.set_up_patterns(attempt)
         if cache is not None:
             load_portable(cache, marks.log_event)
+    code = None  # the script's exit status once its end has been recorded
     try:
         if kind == "program":
             sys.exit(_run_program([name, *args]))
@@ -473,10 +487,12 @@ def main() -> None:
             fresh_interpreter.run_script(name)
     except SystemExit as e:
         # The status the process ends with: exit() keeps the low byte (-1 is 255).
-        code = e.code % 256 if isinstance(e.code, int) else (0 if e.code is None else 1)
-        if _end(Path(status_dir), code, forked) != code:
-            e = SystemExit(1)
-        raise e from None
+        status = e.code % 256 if isinstance(e.code, int) else (0 if e.code is None else 1)
+        code = _end(Path(status_dir), status, forked)
+        if code != status:
+            raise SystemExit(1) from None
+        if code != 0:
+            raise e from None
     except BaseException as error:
         interrupted = isinstance(error, KeyboardInterrupt)
         if interrupted and group.stopping():
@@ -506,8 +522,16 @@ def main() -> None:
         if marks is not None:
             marks.finish()
         release_groups(marks)
-    if code := _end(Path(status_dir), 0, forked):
+    if code is None and (code := _end(Path(status_dir), 0, forked)):
         sys.exit(code)
+    if not group.return_pipe_kept(returns):
+        # The script closed the pipe torch's worker function would send its
+        # None on: the worker ends as that function would, with status 0, which
+        # the agent counts as returned.
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(AttributeError, OSError, ValueError):
+                stream.flush()
+        os._exit(0)
 
 
 def _end(status_dir: Path, code: int, forked: bool) -> int:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pyinit.phases import boottime
+from pyinit.runlog.appender import Appender
 from pyinit.say import say
 
 FILE_NAME = "events.jsonl"
@@ -69,7 +70,7 @@ class EventLog:
         self._common = common  # fields every event of this writer carries (rank, node)
         # One os.write per line on O_APPEND: lines of several processes never
         # interleave, and a failed write leaves no buffered rest behind.
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self._file = Appender(path)
         self._lock = threading.Lock()
         self._lost = False  # a write failed (a full disk): the log stops, training goes on
 
@@ -87,7 +88,7 @@ class EventLog:
                 return
             data = line.encode("utf-8", errors="surrogateescape")
             try:
-                if os.write(self._fd, data) != len(data):
+                if self._file.write(data) != len(data):
                     raise OSError(errno.ENOSPC, "part of a line written")
             except OSError as error:
                 # The one line that says so; `pyinit report` names a log that ends early.
@@ -100,4 +101,4 @@ class EventLog:
         self.write("phase", name=name, start=round(start, 6), end=round(end, 6), **fields)
 
     def close(self) -> None:
-        os.close(self._fd)
+        self._file.close()

@@ -25,6 +25,7 @@ import signal
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,11 +107,15 @@ class ProgressWriter:
         with self._lock:
             self._write(boottime())
 
-    def start_heartbeat(self) -> None:
+    def start_heartbeat(self, every_beat: Callable[[], None] | None = None) -> None:
+        """The beat, every BEAT_SECONDS, and `every_beat` after it."""
+
         def beat_forever() -> None:
             while True:
                 time.sleep(BEAT_SECONDS)
                 self.beat()
+                if every_beat is not None:
+                    every_beat()
 
         threading.Thread(target=beat_forever, name="pyinit-heartbeat", daemon=True).start()
 

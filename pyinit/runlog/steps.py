@@ -23,6 +23,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from pyinit.runlog.appender import Appender
 from pyinit.runlog.events import EventLog
 from pyinit.say import say
 
@@ -50,7 +51,7 @@ class StepLog:
     def __init__(self, path: Path, attempt: int, events: EventLog | None = None):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self._file = Appender(path)
         self._lost_from = 0  # the first step not recorded (0: none lost)
         self._attempt = attempt
         self._events = events
@@ -76,14 +77,14 @@ class StepLog:
             if self._lost_from:
                 return
             try:
-                written = os.write(self._fd, record)
+                written = self._file.write(record)
             except OSError as error:
                 self._lose(error.strerror or str(error))
                 return
             if written != len(record):
                 # A full disk took part of it: cut it off, so the file keeps whole records.
                 with contextlib.suppress(OSError):
-                    os.ftruncate(self._fd, os.fstat(self._fd).st_size - written)
+                    self._file.truncate_by(written)
                 self._lose(f"{os.strerror(errno.ENOSPC)} (a record cut at {written} bytes)")
 
     def _lose(self, reason: str) -> None:
@@ -99,4 +100,4 @@ class StepLog:
             os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
 
     def close(self) -> None:
-        os.close(self._fd)
+        self._file.close()
