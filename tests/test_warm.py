@@ -324,6 +324,34 @@ def test_a_rank_that_ends_by_os_exit_0_has_succeeded(warm_env, tmp_path, kind):
     assert warm_event(tmp_path / "run").get("used", False) is (kind == "warm")
 
 
+# What a script draws from the generators it did not seed.
+DRAWS = """
+import numpy, torch
+print(torch.initial_seed(), torch.randint(1 << 62, ()).item(), numpy.random.randint(1 << 62))
+"""
+
+
+@pytest.mark.parametrize("kind", ["cold", "warm"])
+def test_each_rank_and_launch_draws_its_own_random_numbers(warm_env, tmp_path, kind):
+    """A fresh interpreter seeds torch's default generator and numpy's from
+    the system's entropy. Forked workers started from their agent's state:
+    every rank of a node drew the same numbers, and every launch from a warm
+    interpreter the same as the launch before (same initial weights, dropout
+    masks and shuffles)."""
+    script = tmp_path / "draws.py"
+    script.write_text(DRAWS)
+    options = ("--cold",) if kind == "cold" else ()
+    drawn = []
+    for launch in range(2):
+        result = run(warm_env, tmp_path / f"run-{launch}", *options, script=script)
+        assert result.returncode == 0, result.stderr[-3000:]
+        drawn += [line.split() for line in result.stdout.splitlines()]
+        assert warm_event(tmp_path / f"run-{launch}").get("used", False) is (kind == "warm")
+    assert len(drawn) == 4
+    for column in range(3):  # the seed, torch's draw, numpy's draw
+        assert len({words[column] for words in drawn}) == 4, drawn
+
+
 # A daemon's habit: every descriptor it did not open is closed, then files of
 # its own take the freed numbers (those of the run's logs and of the pipe a
 # forked worker hands its result back on), and it trains.

@@ -22,6 +22,10 @@ call rather than for a program:
   reading its input read nothing;
 - it leaves the agent's command line (or, forked from a warm interpreter,
   that interpreter's) as what ps, top and ``pkill -f`` read for the worker;
+- it starts the child from the agent's random state: torch's default
+  generator and numpy's, which a fresh interpreter seeds from the system's
+  entropy, gave every rank of a node the same numbers, and every launch
+  from a warm interpreter the same as the last;
 - it ends the child with ``os._exit``, so Python's exit never ran the
   script's ``atexit`` functions (an experiment tracker's last upload, a
   profiler's trace), its ``weakref.finalize`` objects (a
@@ -141,6 +145,23 @@ def multiprocessing_as_started() -> None:
     this._name, this._identity = "MainProcess", ()  # type: ignore[attr-defined]
     process._parent_process = None  # type: ignore[attr-defined]
     context._default_context._actual_context = None  # type: ignore[attr-defined]
+
+
+def random_state_as_started() -> None:
+    """The generators a fresh interpreter seeds from the system's entropy,
+    seeded so again: torch's default CPU generator, and numpy's global one
+    where the agent imported numpy. A forked worker otherwise starts from its
+    agent's state, as every rank of the node does, and, forked from a warm
+    interpreter, as every launch after it does: the same initial weights,
+    dropout masks and shuffles in each. (Python's ``random`` seeds itself
+    again at a fork. torch's CUDA generators start from torch's fixed default
+    seed in a fresh interpreter too, and are left so.)"""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.default_generator.seed()
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        numpy_random.seed()
 
 
 def take_stdin() -> None:

@@ -445,6 +445,7 @@ def main() -> None:
         fresh_interpreter.own_session()
         fresh_interpreter.multiprocessing_as_started()
         fresh_interpreter.take_stdin()
+        fresh_interpreter.random_state_as_started()
         fresh_interpreter.drop_inherited_exit_functions()
     returns = group.return_pipe(int(os.environ.get("LOCAL_RANK", "0"))) if forked else None
     status_dir, kind, name, *args = sys.argv[1:]
