@@ -324,6 +324,30 @@ def test_a_rank_that_ends_by_os_exit_0_has_succeeded(warm_env, tmp_path, kind):
     assert warm_event(tmp_path / "run").get("used", False) is (kind == "warm")
 
 
+# A record through torch's own handlers, as dynamo logs a recompile limit.
+LOGS_THROUGH_TORCH = """
+import logging, os
+import torch
+logging.getLogger("torch._dynamo").warning("rank %s logged through torch", os.environ["RANK"])
+"""
+
+
+@pytest.mark.parametrize("kind", ["cold", "warm"])
+def test_torch_s_log_records_reach_the_terminal(warm_env, tmp_path, kind):
+    """torch's handlers were made in the agent, whose stderr is its log: a
+    forked worker's dynamo warnings, DDP's and TORCH_LOGS went to the agent's
+    log instead of the terminal, where a fresh interpreter writes them."""
+    script = tmp_path / "logs.py"
+    script.write_text(LOGS_THROUGH_TORCH)
+    run_dir = tmp_path / "run"
+    result = run(warm_env, run_dir, *(("--cold",) if kind == "cold" else ()), script=script)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for rank in (0, 1):
+        assert f"rank {rank} logged through torch" in result.stderr, result.stderr[-3000:]
+    assert "logged through torch" not in (run_dir / "agent.log").read_text()
+    assert warm_event(run_dir).get("used", False) is (kind == "warm")
+
+
 # What a script draws from the generators it did not seed.
 DRAWS = """
 import numpy, torch

@@ -23,6 +23,7 @@ import contextlib
 import functools
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None, started: float | None = None) -> None:
         # then.
         sys.stderr = open(Path(folder, AGENT_LOG), "a", buffering=1, encoding="utf-8")  # noqa: SIM115
         if "torch" in sys.modules:  # a warm interpreter's fork: torch's handlers exist
-            _log_handlers_to(sys.stderr)
+            log_handlers_to(sys.stderr, lambda stream: _on_fd(stream, 2))
         if preloads:  # forked workers: they take the terminal back (see the wrapper)
             _fd2_to(sys.stderr)
     log = EventLog.for_run(node=int(os.environ.get("PYINIT_NODE_RANK", "0")))
@@ -296,15 +297,15 @@ def _fd2_to(log: Any) -> None:
     os.environ[TERMINAL_FD_ENV] = str(terminal)
 
 
-def _log_handlers_to(stream: Any) -> None:
-    """Every logging handler writing to fd 2 (made when torch was imported)
-    writes to `stream` instead."""
+def log_handlers_to(stream: Any, writing_to: Callable[[Any], bool]) -> None:
+    """Every logging handler whose stream is `writing_to` (torch's, made when
+    torch was imported, and any other) writes to `stream` instead."""
     import logging
 
     loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
     for logger in loggers:
         for handler in getattr(logger, "handlers", []):
-            if isinstance(handler, logging.StreamHandler) and _on_fd(handler.stream, 2):
+            if isinstance(handler, logging.StreamHandler) and writing_to(handler.stream):
                 handler.setStream(stream)
 
 

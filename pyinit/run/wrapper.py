@@ -44,7 +44,7 @@ from pyinit.jsonfile import write_json
 from pyinit.phases import install as install_phases
 from pyinit.phases import phase
 from pyinit.run import compiled_flag, fresh_interpreter, group
-from pyinit.run.agent import COMPILED_MARK, TERMINAL_FD_ENV
+from pyinit.run.agent import COMPILED_MARK, TERMINAL_FD_ENV, log_handlers_to
 from pyinit.run.compiles import (
     COMPILE_CACHE_ENV,
     CompileMarks,
@@ -431,7 +431,11 @@ def main() -> None:
         with contextlib.suppress(OSError, ValueError):
             os.dup2(int(terminal), 2)
             os.close(int(terminal))
-    sys.stderr = sys.__stderr__
+    agent_log, sys.stderr = sys.stderr, sys.__stderr__
+    if agent_log is not sys.stderr:
+        # torch's log records (dynamo's recompile warnings, DDP's, TORCH_LOGS)
+        # on the terminal, as a fresh interpreter's handlers write them.
+        log_handlers_to(sys.stderr, lambda stream: stream is agent_log)
     # The agent's alone (the script's own subprocesses must not take it for theirs).
     os.environ.pop(STORE_FD_ENV, None)
     # torchrun's agent is the parent: if it dies (even by KILL), so does this worker.
