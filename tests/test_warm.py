@@ -280,7 +280,10 @@ def test_a_worker_reads_stdin_and_ends_as_python_ends_a_script(warm_env, tmp_pat
         # ps shows `python SCRIPT ARGS` and the agent a cold launch starts, never
         # the warm interpreter or the wrapper; a long line is cut where the one it
         # inherited ended, and the warm interpreter's is the shortest.
-        worker, agent = (ast.literal_eval(w) for w in shown.removeprefix("shown ").split("\t"))
+        worker, agent, original = (ast.literal_eval(w)
+                                   for w in shown.removeprefix("shown ").split("\t"))  # fmt: skip
+        # What torchrun runs for it; a script may exec it to restart itself.
+        assert original == ["-u", str(script), str(folder), how], (kind, original)
         started = f"{script}\0{folder}\0{how}".encode()
         assert started.startswith(b"\0".join(worker[1:])), (kind, worker)
         assert worker[1] == str(script).encode(), (kind, worker)

@@ -107,8 +107,13 @@ def show_arguments(words: list[str]) -> None:
 
 def arguments_shown(kind: str, name: str, args: list[str]) -> None:
     """This worker shown as ``python SCRIPT ARGS`` (``python -m MODULE ARGS``),
-    as a worker torchrun starts is, forked or spawned through the wrapper."""
-    show_arguments(["-m", name, *args] if kind == "module" else [name, *args])
+    as a worker torchrun starts is, forked or spawned through the wrapper;
+    ``sys.orig_argv`` (which a script that restarts itself may exec) is
+    torchrun's command for it, ``python -u SCRIPT ARGS``, not the agent's or
+    the wrapper's."""
+    words = ["-m", name, *args] if kind == "module" else [name, *args]
+    show_arguments(words)
+    sys.orig_argv = [sys.orig_argv[0], "-u", *words]
 
 
 def signals_as_started() -> None:

@@ -53,7 +53,7 @@ def shown(pid: int) -> str:
         return repr(f.read().rstrip(b"\0").split(b"\0"))
 
 
-note(f"shown {shown(os.getpid())}\t{shown(os.getppid())}")
+note(f"shown {shown(os.getpid())}\t{shown(os.getppid())}\t{sys.orig_argv[1:]!r}")
 threading.Thread(target=late).start()
 atexit.register(note, "atexit")
 left = tempfile.TemporaryDirectory(dir=out, prefix=f"left-{rank}-")
