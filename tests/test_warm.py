@@ -393,10 +393,13 @@ model = torch.nn.Linear(4, 4)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 for _ in range(3):
     model(torch.randn(2, 4)).sum().backward()
+    for parameter in model.parameters():
+        dist.all_reduce(parameter.grad)
     optimizer.step()
 for i, f in enumerate(mine):
     f.write(f"{rank} {i}\\n")
     f.close()
+dist.barrier()  # no rank leaves while the other still connects
 dist.destroy_process_group()
 """
 
