@@ -327,6 +327,39 @@ def test_a_rank_that_ends_by_os_exit_0_has_succeeded(warm_env, tmp_path, kind):
     assert warm_event(tmp_path / "run").get("used", False) is (kind == "warm")
 
 
+# A helper process forked the old way, which ends by sys.exit; then the
+# script's own end, a Ctrl-C it does not catch.
+FORKS_A_HELPER = """
+import os, sys, time
+pid = os.fork()
+if pid == 0:
+    print("helper", flush=True)
+    sys.exit(0)
+_, status = os.waitpid(pid, 0)
+print("helper ended", os.waitstatus_to_exitcode(status), flush=True)
+time.sleep(1.5)  # the agent's monitor looks every 0.1 s
+raise KeyboardInterrupt
+"""
+
+
+@pytest.mark.parametrize("kind", ["cold", "warm"])
+def test_a_child_the_script_forks_ends_as_a_child_of_python(warm_env, tmp_path, kind):
+    """The script's own child reached the wrapper's end of the script: it
+    recorded its status as the rank's and sent torch's agent the rank's
+    result, so the agent took the rank for finished and set the group's
+    "finished" event while the worker still ran; the worker's uncaught
+    Ctrl-C then passed for the agent's stop, quietly."""
+    script = tmp_path / "forks.py"
+    script.write_text(FORKS_A_HELPER)
+    run_dir = tmp_path / "run"
+    result = run(warm_env, run_dir, *(("--cold",) if kind == "cold" else ()),
+                 "--nproc-per-node", "1", script=script)  # fmt: skip
+    assert result.returncode == 130, result.stderr[-3000:]
+    assert result.stdout.splitlines() == ["helper", "helper ended 0"]
+    assert "Traceback (most recent call last):" in result.stderr, result.stderr[-3000:]
+    assert warm_event(run_dir).get("used", False) is (kind == "warm")
+
+
 # A record through torch's own handlers, as dynamo logs a recompile limit.
 LOGS_THROUGH_TORCH = """
 import logging, os

@@ -37,7 +37,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pyinit import _native
 from pyinit.jsonfile import write_json
@@ -477,6 +477,7 @@ def main() -> None:
         if cache is not None:
             load_portable(cache, marks.log_event)
     code = None  # the script's exit status once its end has been recorded
+    worker = os.getpid()  # another pid at the script's end: a child the script forked
     try:
         if kind == "program":
             sys.exit(_run_program([name, *args]))
@@ -490,9 +491,15 @@ def main() -> None:
         else:
             sys.path.insert(0, str(Path(name).resolve().parent))
             fresh_interpreter.run_script(name)
+        if os.getpid() != worker:
+            _child_ends(0)
     except SystemExit as e:
         # The status the process ends with: exit() keeps the low byte (-1 is 255).
         status = e.code % 256 if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if os.getpid() != worker:
+            if not isinstance(e.code, int) and e.code is not None:
+                print(e.code, file=sys.stderr)  # as Python's exit shows sys.exit("why")
+            _child_ends(status)
         code = _end(Path(status_dir), status, forked)
         if code != status:
             raise SystemExit(1) from None
@@ -500,6 +507,11 @@ def main() -> None:
             raise e from None
     except BaseException as error:
         interrupted = isinstance(error, KeyboardInterrupt)
+        if os.getpid() != worker:
+            traceback.print_exception(
+                type(error), error, fresh_interpreter.from_the_script(error.__traceback__)
+            )
+            _child_ends(INTERRUPTED if interrupted else 1)
         if interrupted and group.stopping():
             # The agent's stop, by its SIGINT to the group: pyinit run says how the run ended.
             _end(Path(status_dir), INTERRUPTED, forked)
@@ -533,10 +545,26 @@ def main() -> None:
         # The script closed the pipe torch's worker function would send its
         # None on: the worker ends as that function would, with status 0, which
         # the agent counts as returned.
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(AttributeError, OSError, ValueError):
-                stream.flush()
-        os._exit(0)
+        _exit_flushed(0)
+
+
+def _child_ends(status: int) -> NoReturn:
+    """A child the script forked (``os.fork()``) ran to the script's end: it
+    ends as Python ends such a child, its threads joined and its exit
+    functions run, and nothing of the worker's end: its exit status is not
+    the rank's, and a result sent on torch's pipe would tell the agent the
+    rank had finished while the worker still runs."""
+    fresh_interpreter.run_at_exit()
+    _exit_flushed(status)
+
+
+def _exit_flushed(status: int) -> NoReturn:
+    """The process's end without the interpreter's teardown, as
+    multiprocessing ends a forked worker, its output written out first."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            stream.flush()
+    os._exit(status)
 
 
 def _end(status_dir: Path, code: int, forked: bool) -> int:
