@@ -23,6 +23,7 @@ from conftest import BIN_DIR, ctrl_c_at_a_terminal
 from conftest import run_events as events
 
 from pyinit.run.preload import COMPILE_PRELOAD_STEPS
+from pyinit.run.warm import scheduling
 from pyinit.runlog.steps import RECORD
 
 DETERMINISTIC = Path(__file__).parent / "data" / "deterministic_train.py"
@@ -1101,7 +1102,77 @@ def launch_template(env: dict[str, str]) -> dict:
                               text=True, check=True, timeout=60).stdout  # fmt: skip
     return {"op": "launch", "args": ["--no-such-torchrun-option"], "env": dict(env),
             "cwd": "/", "umask": 0o22, "limits": {}, "affinity": [], "preloads": [],
-            "identity": json.loads(identity), "store_env": "X"}  # fmt: skip
+            "scheduling": scheduling.here(), "identity": json.loads(identity),
+            "store_env": "X"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "scheduled",
+    [None, [], {"nice": 0}, {"nice": "0", "policy": 0, "rt_priority": 0, "oom_score_adj": 0},
+     {"nice": 99, "policy": 0, "rt_priority": 0, "oom_score_adj": 0},
+     {"nice": 0, "policy": 12345, "rt_priority": 0, "oom_score_adj": 0},
+     {"nice": 0, "policy": 0, "rt_priority": -1, "oom_score_adj": 0},
+     {"nice": 0, "policy": 0, "rt_priority": 0, "oom_score_adj": True}],
+)  # fmt: skip
+def test_a_launch_s_scheduling_of_the_wrong_shape_is_refused(own_warm, scheduled):
+    """The fork that serves a launch takes on the launch's nice value,
+    policy and OOM score: any other record is refused before anything is
+    set, and the interpreter serves on."""
+    path = str(Path(own_warm["PYINIT_WARM_DIR"]) / "warm.sock")
+    launch = launch_template(own_warm)
+    launch["scheduling"] = scheduled
+    with open(os.devnull, "rb") as null:
+        answer = ask(path, frame(json.dumps(launch).encode()), [null.fileno()] * 3)
+    assert answer == {"ok": False, "reason": "a malformed launch: scheduling must hold nice, "
+                      "policy, rt_priority and oom_score_adj in range"}  # fmt: skip
+    assert serves(own_warm)["launches"] == 0
+
+
+def test_what_a_fork_without_privileges_cannot_take_on_is_named(monkeypatch):
+    """Nicer, to the batch or idle policy, likelier for the OOM killer: any
+    process may; the opposite needs a capability, and without it the launch
+    starts cold, saying why."""
+    monkeypatch.setattr(scheduling, "_capable", lambda bit: False)
+    warm = {"nice": 5, "policy": os.SCHED_OTHER, "rt_priority": 0, "oom_score_adj": 100}
+    for allowed in ({"nice": 10}, {"policy": os.SCHED_IDLE}, {"policy": os.SCHED_BATCH},
+                    {"oom_score_adj": 500}, {}):  # fmt: skip
+        assert scheduling.refusal({**warm, **allowed}, warm) == "", allowed
+    refused = {
+        "the warm interpreter runs at nice 5, this launch at 0": {"nice": 0},
+        "this launch has another scheduling policy than the warm interpreter": {
+            "policy": os.SCHED_FIFO, "rt_priority": 10},
+        "the warm interpreter's OOM score adjustment is 100, this launch's -500": {
+            "oom_score_adj": -500},
+    }  # fmt: skip
+    for reason, launch in refused.items():
+        assert scheduling.refusal({**warm, **launch}, warm) == reason
+    idle = {**warm, "policy": os.SCHED_IDLE}
+    assert scheduling.refusal(warm, idle) != ""  # back from idle needs the capability
+    monkeypatch.setattr(scheduling, "_capable", lambda bit: True)
+    assert scheduling.refusal({**warm, "nice": -5, "oom_score_adj": -500}, warm) == ""
+
+
+SCHEDULED = """
+import os
+print(os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0),
+      open("/proc/self/oom_score_adj").read().strip())
+"""
+
+
+def test_a_warm_launch_is_scheduled_as_the_shell_asked(warm_env, tmp_path):
+    """`nice`, `chrt --idle` and `choom` before `pyinit run` reach its workers
+    forked warm, as they reach a cold agent's: the fork took the warm
+    interpreter's."""
+    script = tmp_path / "scheduled.py"
+    script.write_text(SCHEDULED)
+    run_dir = tmp_path / "run"
+    result = subprocess.run(
+        ["chrt", "--idle", "0", "choom", "-n", "300", "--", "nice", "-n", "7", PYINIT, "run",
+         "--nproc-per-node", "2", "--run-dir", str(run_dir), "--", str(script)],
+        env=warm_env, capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == [f"7 {os.SCHED_IDLE} 300"] * 2
+    assert warm_event(run_dir).get("used") is True
 
 
 def serves(env: dict[str, str]) -> dict:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyinit.run.warm import protocol
+from pyinit.run.warm import protocol, scheduling
 
 # A warm interpreter still importing (one a run that came first started, or one
 # starting beside a slow boot) answers once its imports end, however long they
@@ -186,7 +186,8 @@ def hand_over(args: Sequence[str], env: Mapping[str, str], preloads: Sequence[st
         "op": "launch", "args": list(args), "env": dict(env), "cwd": os.getcwd(), "umask": umask,
         "limits": {name: resource.getrlimit(getattr(resource, name)) for name in LIMITS
                    if hasattr(resource, name)},
-        "affinity": sorted(os.sched_getaffinity(0)), "preloads": list(preloads),
+        "affinity": sorted(os.sched_getaffinity(0)), "scheduling": scheduling.here(),
+        "preloads": list(preloads),
         "identity": protocol.Identity.here(env, protocol.agent_sys_path()).to_dict(),
         "store_env": store_env,
     }  # fmt: skip

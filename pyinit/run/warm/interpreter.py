@@ -28,7 +28,7 @@ from pyinit.run.preload import (
     import_all,
     import_compile_set,
 )
-from pyinit.run.warm import protocol
+from pyinit.run.warm import protocol, scheduling
 from pyinit.run.warm.deferred import StepImport
 from pyinit.runlog.events import boottime, process_start
 from pyinit.say import say as say_line
@@ -168,6 +168,9 @@ class Warm:
         # As the launch's agent would import: with its defaults where the user set none.
         environ = {**AGENT_ENV_DEFAULTS, **request.get("env", {})}
         why = self.identity.difference(request.get("identity", {}), environ, self.read_at_import)
+        if why:
+            return why
+        why = scheduling.refusal(request["scheduling"], scheduling.here())
         if why:
             return why
         for name, (_soft, hard) in request.get("limits", {}).items():

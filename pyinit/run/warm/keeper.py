@@ -24,7 +24,7 @@ from typing import Any, NoReturn
 
 from pyinit import _native, bytecode
 from pyinit.process_end import exit_now, flush_stdio
-from pyinit.run.warm import protocol
+from pyinit.run.warm import protocol, scheduling
 from pyinit.runlog.events import boottime
 from pyinit.say import say
 
@@ -174,6 +174,7 @@ def become_agent(channel: socket.socket, keeper: int) -> NoReturn:
             resource.setrlimit(getattr(resource, name), (soft, hard))
         if request.get("affinity"):
             os.sched_setaffinity(0, request["affinity"])
+        scheduling.take_on(request["scheduling"])
         _reopen_stdio()
         from pyinit.run import agent
         from pyinit.run.fresh_interpreter import show_arguments

@@ -39,7 +39,7 @@ from pyinit.run.preload import (
     fork_unsafe,
     parse,
 )
-from pyinit.run.warm import cpu_probe, protocol
+from pyinit.run.warm import cpu_probe, protocol, scheduling
 from pyinit.run.warm.intake import REPLY_TIMEOUT_S, Intake
 from pyinit.run.warm.interpreter import Spare, Warm, say
 from pyinit.run.warm.keeper import WAITED, keep, reaped
@@ -291,6 +291,8 @@ def launch_problem(request: dict[str, Any], fds: list[int]) -> str:
             hasattr(resource, name) and isinstance(v, list) and len(v) == 2
             for name, v in limits.items()):  # fmt: skip
         return "limits must map RLIMIT_ names to [soft, hard]"
+    if scheduling.malformed(request.get("scheduling")):
+        return "scheduling must hold nice, policy, rt_priority and oom_score_adj in range"
     if len(fds) < 3 or not isinstance(request.get("identity"), dict):
         return "the standard streams and the identity are missing"
     return ""
