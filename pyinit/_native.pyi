@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['CHECKSUM_ATTRIBUTE', 'DirectReader', 'DirectWriter', 'FileSnapshot', 'MAX_CHANNELS', 'MAX_EXPECTED_GPUS', 'MAX_HOSTS', 'MAX_QUEUE_DEPTH', 'NcclConfig', 'NodeList', 'NvmlGpus', 'ReadStream', 'Topology', 'aligned_empty', 'become_subreaper', 'crc32c', 'crc32c_combine', 'die_with_parent', 'end_children', 'expand_nodelist', 'load_node_list', 'load_topology', 'map_file', 'memory_stats', 'nccl_config', 'populate', 'publish_directory', 'read_boot_id', 'scan_topology', 'set_arguments_shown', 'supervise', 'tuning_table_rules']
+__all__: list[str] = ['CHECKSUM_ATTRIBUTE', 'DirectReader', 'DirectWriter', 'FileSnapshot', 'MAX_CHANNELS', 'MAX_EXPECTED_GPUS', 'MAX_HOSTS', 'MAX_QUEUE_DEPTH', 'NcclConfig', 'NodeList', 'NvmlGpus', 'ReadStream', 'Topology', 'aligned_empty', 'become_subreaper', 'crc32c', 'crc32c_combine', 'die_with_parent', 'end_children', 'expand_nodelist', 'io_priority', 'load_node_list', 'load_topology', 'map_file', 'memory_stats', 'nccl_config', 'populate', 'publish_directory', 'read_boot_id', 'scan_topology', 'set_arguments_shown', 'set_io_priority', 'supervise', 'tuning_table_rules']
 class Topology:
     def expect_gpus(self, count: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
@@ -353,6 +353,10 @@ def expand_nodelist(nodelist: str) -> list[str]:
     """
     node[01-03],gpu-a -> [node01, node02, node03, gpu-a] (SLURM style).
     """
+def io_priority() -> int:
+    """
+    This process's IO priority as ioprio_get(2) gives it (class << 13 | level), as ionice(1) sets it.
+    """
 def load_node_list(hostfile: str, hostfile_text: str = '', node: typing.SupportsInt | typing.SupportsIndex = -1) -> NodeList:
     """
     This node among the nodes of a hostfile of IP addresses (hostfile_text instead of reading the file when given; the path still names errors), or node `node` of them when it is not -1 (a plan for another machine). InputError for bad content, OSError when the file cannot be read.
@@ -392,6 +396,10 @@ def scan_topology(sysfs_root: str = '/sys', expect_gpus: typing.SupportsInt | ty
 def set_arguments_shown(arguments: collections.abc.Sequence[str]) -> int:
     """
     What ps and pkill -f read for this process: `arguments` (bytes, os.fsencode) after the program's name, over the command line it started with, cut where that line ends. Returns the bytes shown.
+    """
+def set_io_priority(priority: typing.SupportsInt | typing.SupportsIndex) -> None:
+    """
+    Sets this process's IO priority (a value io_priority() gave).
     """
 def supervise(command: collections.abc.Sequence[str], env: collections.abc.Mapping[str, str], grace_s: typing.SupportsFloat | typing.SupportsIndex = 10.0, on_signal: collections.abc.Callable | None = None, on_tick: collections.abc.Callable | None = None, tick_s: typing.SupportsFloat | typing.SupportsIndex = 0.0, on_log: collections.abc.Callable | None = None, parent_death_signal: typing.SupportsInt | typing.SupportsIndex = 0) -> int:
     """

@@ -1106,13 +1106,17 @@ def launch_template(env: dict[str, str]) -> dict:
             "store_env": "X"}  # fmt: skip
 
 
+ORDINARY = {"nice": 0, "policy": os.SCHED_OTHER, "rt_priority": 0, "io_priority": 0,
+            "oom_score_adj": 0}  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "scheduled",
-    [None, [], {"nice": 0}, {"nice": "0", "policy": 0, "rt_priority": 0, "oom_score_adj": 0},
-     {"nice": 99, "policy": 0, "rt_priority": 0, "oom_score_adj": 0},
-     {"nice": 0, "policy": 12345, "rt_priority": 0, "oom_score_adj": 0},
-     {"nice": 0, "policy": 0, "rt_priority": -1, "oom_score_adj": 0},
-     {"nice": 0, "policy": 0, "rt_priority": 0, "oom_score_adj": True}],
+    [None, [], {"nice": 0}, {**ORDINARY, "nice": "0"}, {**ORDINARY, "nice": 99},
+     {**ORDINARY, "policy": 12345}, {**ORDINARY, "rt_priority": -1},
+     {**ORDINARY, "oom_score_adj": True}, {**ORDINARY, "io_priority": 7 << 13},
+     {**ORDINARY, "io_priority": 2 << 13 | 8}, {**ORDINARY, "io_priority": 5},
+     {**ORDINARY, "extra": 0}],
 )  # fmt: skip
 def test_a_launch_s_scheduling_of_the_wrong_shape_is_refused(own_warm, scheduled):
     """The fork that serves a launch takes on the launch's nice value,
@@ -1124,7 +1128,7 @@ def test_a_launch_s_scheduling_of_the_wrong_shape_is_refused(own_warm, scheduled
     with open(os.devnull, "rb") as null:
         answer = ask(path, frame(json.dumps(launch).encode()), [null.fileno()] * 3)
     assert answer == {"ok": False, "reason": "a malformed launch: scheduling must hold nice, "
-                      "policy, rt_priority and oom_score_adj in range"}  # fmt: skip
+                      "policy, rt_priority, io_priority, oom_score_adj"}  # fmt: skip
     assert serves(own_warm)["launches"] == 0
 
 
@@ -1133,8 +1137,9 @@ def test_what_a_fork_without_privileges_cannot_take_on_is_named(monkeypatch):
     process may; the opposite needs a capability, and without it the launch
     starts cold, saying why."""
     monkeypatch.setattr(scheduling, "_capable", lambda bit: False)
-    warm = {"nice": 5, "policy": os.SCHED_OTHER, "rt_priority": 0, "oom_score_adj": 100}
+    warm = {**ORDINARY, "nice": 5, "oom_score_adj": 100}
     for allowed in ({"nice": 10}, {"policy": os.SCHED_IDLE}, {"policy": os.SCHED_BATCH},
+                    {"io_priority": 3 << 13}, {"io_priority": 2 << 13 | 7},
                     {"oom_score_adj": 500}, {}):  # fmt: skip
         assert scheduling.refusal({**warm, **allowed}, warm) == "", allowed
     refused = {
@@ -1143,6 +1148,8 @@ def test_what_a_fork_without_privileges_cannot_take_on_is_named(monkeypatch):
             "policy": os.SCHED_FIFO, "rt_priority": 10},
         "the warm interpreter's OOM score adjustment is 100, this launch's -500": {
             "oom_score_adj": -500},
+        "this launch has a real-time IO priority the warm interpreter has not": {
+            "io_priority": 1 << 13 | 4},
     }  # fmt: skip
     for reason, launch in refused.items():
         assert scheduling.refusal({**warm, **launch}, warm) == reason
@@ -1154,24 +1161,26 @@ def test_what_a_fork_without_privileges_cannot_take_on_is_named(monkeypatch):
 
 SCHEDULED = """
 import os
-print(os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0),
+from pyinit import _native
+print(os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0), _native.io_priority() >> 13,
       open("/proc/self/oom_score_adj").read().strip())
 """
 
 
 def test_a_warm_launch_is_scheduled_as_the_shell_asked(warm_env, tmp_path):
-    """`nice`, `chrt --idle` and `choom` before `pyinit run` reach its workers
+    """`nice`, `chrt --idle`, `ionice` and `choom` before `pyinit run` reach its workers
     forked warm, as they reach a cold agent's: the fork took the warm
     interpreter's."""
     script = tmp_path / "scheduled.py"
     script.write_text(SCHEDULED)
     run_dir = tmp_path / "run"
     result = subprocess.run(
-        ["chrt", "--idle", "0", "choom", "-n", "300", "--", "nice", "-n", "7", PYINIT, "run",
-         "--nproc-per-node", "2", "--run-dir", str(run_dir), "--", str(script)],
+        ["chrt", "--idle", "0", "choom", "-n", "300", "--", "nice", "-n", "7", "ionice", "-c",
+         "3", PYINIT, "run", "--nproc-per-node", "2", "--run-dir", str(run_dir), "--",
+         str(script)],
         env=warm_env, capture_output=True, text=True, timeout=240)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.splitlines() == [f"7 {os.SCHED_IDLE} 300"] * 2
+    assert result.stdout.splitlines() == [f"7 {os.SCHED_IDLE} 3 300"] * 2
     assert warm_event(run_dir).get("used") is True
 
 

@@ -70,6 +70,25 @@ void bind_init(py::module_& m) {
       "This process gets `signal` when its parent dies (at once if `parent` is gone already).");
 
   m.def(
+      "io_priority",
+      [] {
+        int priority = pod_init::io_priority();
+        if (priority < 0) throw pod_init::SysError(-priority, "ioprio_get");
+        return priority;
+      },
+      "This process's IO priority as ioprio_get(2) gives it (class << 13 | level), as "
+      "ionice(1) sets it.");
+
+  m.def(
+      "set_io_priority",
+      [](int priority) {
+        if (int rc = pod_init::set_io_priority(priority); rc < 0) {
+          throw pod_init::SysError(-rc, "ioprio_set");
+        }
+      },
+      py::arg("priority"), "Sets this process's IO priority (a value io_priority() gave).");
+
+  m.def(
       "become_subreaper",
       [] {
         if (int rc = pod_init::become_subreaper(); rc < 0) {

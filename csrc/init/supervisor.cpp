@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -122,6 +123,19 @@ int die_with_parent(int signal, pid_t parent) {
   // The parent may have died between fork and prctl: then no signal would come.
   if (getppid() != parent) raise(signal);
   return 0;
+}
+
+namespace {
+constexpr int kIoprioWhoProcess = 1;  // linux/ioprio.h: IOPRIO_WHO_PROCESS
+}  // namespace
+
+int io_priority() {
+  long priority = syscall(SYS_ioprio_get, kIoprioWhoProcess, 0);
+  return priority < 0 ? -errno : static_cast<int>(priority);
+}
+
+int set_io_priority(int priority) {
+  return syscall(SYS_ioprio_set, kIoprioWhoProcess, 0, priority) == 0 ? 0 : -errno;
 }
 
 int become_subreaper() { return prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 ? 0 : -errno; }

@@ -61,6 +61,15 @@ int become_subreaper();
 // the bytes now shown (the name and every NUL included) or -errno.
 int set_arguments_shown(const std::vector<std::string>& arguments);
 
+// This process's IO priority as ioprio_get(2) gives it (the class in bits
+// 13-15, the level below), or -errno. Python has no call for it.
+int io_priority();
+
+// Sets this process's IO priority (a value io_priority() gave). Returns 0 or
+// -errno (EPERM for the real-time class without CAP_SYS_NICE or
+// CAP_SYS_ADMIN, EINVAL for a value of no class).
+int set_io_priority(int priority);
+
 // Asks the kernel to send `signal` to this process when its parent dies
 // (PR_SET_PDEATHSIG), then checks the parent is still `parent`: if it died
 // before the request, the signal is raised now. Returns 0 or -errno.

@@ -215,5 +215,16 @@ TEST(Supervisor, ArgumentsShownFollowTheNameAndStopWhereTheLineEnds) {
   EXPECT_EQ(command_line_shown(), expected_shown(name, {}, before.size()));
 }
 
+TEST(Supervisor, IoPriorityIsSetAndReadBack) {
+  int before = io_priority();
+  ASSERT_GE(before, 0);
+  constexpr int kIdle = 3 << 13;  // IOPRIO_CLASS_IDLE: any process may take it
+  ASSERT_EQ(set_io_priority(kIdle), 0);
+  EXPECT_EQ(io_priority(), kIdle);
+  EXPECT_EQ(set_io_priority(7 << 13), -EINVAL);  // no such class
+  // Back as it was (the test process's later tests read files).
+  EXPECT_EQ(set_io_priority(before), 0);
+}
+
 }  // namespace
 }  // namespace pod_init

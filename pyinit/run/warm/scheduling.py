@@ -1,13 +1,15 @@
 """How the kernel treats a launch's processes: its nice value, its
-scheduling policy and its OOM score adjustment, which a cold agent and
-its workers inherit from the shell that ran ``nice -n 10 pyinit run``,
-``chrt --idle 0 pyinit run`` or ``choom -n 500 pyinit run``. A warm
+scheduling policy, its IO priority and its OOM score adjustment, which a
+cold agent and its workers inherit from the shell that ran ``nice -n 10
+pyinit run``, ``chrt --idle 0 pyinit run``, ``ionice -c 3 pyinit run`` or
+``choom -n 500 pyinit run``. A warm
 interpreter's fork inherits the warm interpreter's instead, so the launch
 sends its own and the fork that serves it takes them on.
 
 A process may always be made nicer, moved from the normal policy to the
-batch or idle one, and made likelier to be chosen by the OOM killer; the
-opposite needs CAP_SYS_NICE (CAP_SYS_RESOURCE for the OOM score). Where the
+batch or idle one, given any IO priority but the real-time class, and made
+likelier to be chosen by the OOM killer; the opposite needs CAP_SYS_NICE
+(CAP_SYS_RESOURCE for the OOM score). Where the
 fork could not take on what the launch has, the launch starts cold, and
 says why.
 """
@@ -18,20 +20,25 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pyinit import _native
+
 OOM_SCORE_ADJ = Path("/proc/self/oom_score_adj")
 CAP_SYS_NICE, CAP_SYS_RESOURCE = 23, 24
 # The policies a process without privileges may be moved to from the normal one.
 ORDINARY = {os.SCHED_OTHER, os.SCHED_BATCH, os.SCHED_IDLE}
-FIELDS = ("nice", "policy", "rt_priority", "oom_score_adj")
+FIELDS = ("nice", "policy", "rt_priority", "io_priority", "oom_score_adj")
+IO_REAL_TIME, IO_IDLE = 1, 3  # ioprio classes; 0 is none, 2 best effort
+IO_CLASS_SHIFT = 13
 
 
 def here() -> dict[str, int]:
-    """This process's nice value, policy (with its real-time priority) and
-    OOM score adjustment."""
+    """This process's nice value, policy (with its real-time priority), IO
+    priority and OOM score adjustment."""
     return {
         "nice": os.getpriority(os.PRIO_PROCESS, 0),
         "policy": os.sched_getscheduler(0),
         "rt_priority": os.sched_getparam(0).sched_priority,
+        "io_priority": _native.io_priority(),
         "oom_score_adj": int(OOM_SCORE_ADJ.read_text()),
     }
 
@@ -48,7 +55,17 @@ def malformed(theirs: Any) -> bool:
         and all(type(theirs[name]) is int for name in FIELDS)
         and theirs["policy"] in POLICIES
         and all(theirs[name] in values for name, values in RANGES.items())
+        and _io_priority_exists(theirs["io_priority"])
     )
+
+
+def _io_priority_exists(priority: int) -> bool:
+    """A class the kernel has, with a level it takes (none has only 0; the
+    real-time and best-effort ones 0 to 7; idle any)."""
+    io_class, level = priority >> IO_CLASS_SHIFT, priority & ((1 << IO_CLASS_SHIFT) - 1)
+    if not 0 <= priority < 4 << IO_CLASS_SHIFT:
+        return False
+    return io_class == IO_IDLE or level < (1 if io_class == 0 else 8)
 
 
 def _capable(bit: int) -> bool:
@@ -67,6 +84,10 @@ def refusal(theirs: dict[str, int], mine: dict[str, int]) -> str:
         mine["policy"] == os.SCHED_OTHER and theirs["policy"] in ORDINARY
     ) and not _capable(CAP_SYS_NICE):  # fmt: skip
         return "this launch has another scheduling policy than the warm interpreter"
+    io_real_time = theirs["io_priority"] >> IO_CLASS_SHIFT == IO_REAL_TIME
+    if io_real_time and theirs["io_priority"] != mine["io_priority"] and not _capable(
+            CAP_SYS_NICE):  # fmt: skip
+        return "this launch has a real-time IO priority the warm interpreter has not"
     if theirs["oom_score_adj"] < mine["oom_score_adj"] and not _capable(CAP_SYS_RESOURCE):
         return (f"the warm interpreter's OOM score adjustment is {mine['oom_score_adj']}, "
                 f"this launch's {theirs['oom_score_adj']}")  # fmt: skip
@@ -81,3 +102,4 @@ def take_on(theirs: dict[str, int]) -> None:
     ):  # fmt: skip
         os.sched_setscheduler(0, theirs["policy"], os.sched_param(theirs["rt_priority"]))
     os.setpriority(os.PRIO_PROCESS, 0, theirs["nice"])
+    _native.set_io_priority(theirs["io_priority"])

@@ -292,7 +292,7 @@ def launch_problem(request: dict[str, Any], fds: list[int]) -> str:
             for name, v in limits.items()):  # fmt: skip
         return "limits must map RLIMIT_ names to [soft, hard]"
     if scheduling.malformed(request.get("scheduling")):
-        return "scheduling must hold nice, policy, rt_priority and oom_score_adj in range"
+        return "scheduling must hold nice, policy, rt_priority, io_priority, oom_score_adj"
     if len(fds) < 3 or not isinstance(request.get("identity"), dict):
         return "the standard streams and the identity are missing"
     return ""
