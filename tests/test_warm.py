@@ -1184,6 +1184,40 @@ def test_a_warm_launch_is_scheduled_as_the_shell_asked(warm_env, tmp_path):
     assert warm_event(run_dir).get("used") is True
 
 
+# In a mount namespace of its own, /proc read-only as some containers mount
+# it: a warm interpreter, one launch, the interpreter stopped.
+UNDER_READ_ONLY_PROC = """
+mount -o remount,bind,ro /proc
+"$PYINIT" warm start >/dev/null
+"$PYINIT" run --nproc-per-node 1 --run-dir "$RUN_DIR" -- "$SCRIPT"
+status=$?
+"$PYINIT" warm stop >/dev/null
+exit $status
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a mount namespace needs root")
+def test_a_warm_launch_is_served_where_proc_is_read_only(tmp_path):
+    """The fork that serves a launch wrote the launch's OOM score even where
+    it was the warm interpreter's own: under a read-only /proc the launch
+    failed with a traceback. Only what differs is set now."""
+    folder = tmp_path / "warm"
+    folder.mkdir(mode=0o700)
+    script = tmp_path / "scheduled.py"
+    script.write_text(SCHEDULED)
+    run_dir = tmp_path / "run"
+    env = folder_env(folder, PYINIT=PYINIT, RUN_DIR=str(run_dir), SCRIPT=str(script))
+    result = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                             UNDER_READ_ONLY_PROC], env=env, capture_output=True, text=True,
+                            timeout=240)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    mine = scheduling.here()  # what the launch inherits from this test
+    inherited = [mine["nice"], mine["policy"], mine["io_priority"] >> 13, mine["oom_score_adj"]]
+    assert result.stdout.splitlines()[0] == " ".join(map(str, inherited))
+    assert "Traceback" not in result.stderr
+    assert warm_event(run_dir).get("used") is True
+
+
 def serves(env: dict[str, str]) -> dict:
     status = subprocess.run([PYINIT, "warm", "status", "--json"], env=env, capture_output=True,
                             text=True, timeout=60)  # fmt: skip

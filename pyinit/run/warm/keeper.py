@@ -174,7 +174,12 @@ def become_agent(channel: socket.socket, keeper: int) -> NoReturn:
             resource.setrlimit(getattr(resource, name), (soft, hard))
         if request.get("affinity"):
             os.sched_setaffinity(0, request["affinity"])
-        scheduling.take_on(request["scheduling"])
+        try:
+            scheduling.take_on(request["scheduling"])
+        except OSError as error:  # allowed by refusal(), refused by this kernel or /proc
+            where = f"{error.filename}: " if error.filename else ""
+            say(f"pyinit run: part of this launch's scheduling (nice, policy, IO priority, OOM "
+                f"score) was not taken on: {where}{error.strerror or error}")  # fmt: skip
         _reopen_stdio()
         from pyinit.run import agent
         from pyinit.run.fresh_interpreter import show_arguments

@@ -95,11 +95,15 @@ def refusal(theirs: dict[str, int], mine: dict[str, int]) -> str:
 
 
 def take_on(theirs: dict[str, int]) -> None:
-    """This process scheduled as `theirs` (refusal() said it may be)."""
-    OOM_SCORE_ADJ.write_text(str(theirs["oom_score_adj"]))
-    if (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority) != (
-        theirs["policy"], theirs["rt_priority"]
-    ):  # fmt: skip
+    """This process scheduled as `theirs` (refusal() said it may be). Only
+    what differs is set: a /proc mounted read-only, as some containers have
+    it, refuses even a write of the same OOM score."""
+    mine = here()
+    if theirs["oom_score_adj"] != mine["oom_score_adj"]:
+        OOM_SCORE_ADJ.write_text(str(theirs["oom_score_adj"]))
+    if (theirs["policy"], theirs["rt_priority"]) != (mine["policy"], mine["rt_priority"]):
         os.sched_setscheduler(0, theirs["policy"], os.sched_param(theirs["rt_priority"]))
-    os.setpriority(os.PRIO_PROCESS, 0, theirs["nice"])
-    _native.set_io_priority(theirs["io_priority"])
+    if theirs["nice"] != mine["nice"]:
+        os.setpriority(os.PRIO_PROCESS, 0, theirs["nice"])
+    if theirs["io_priority"] != mine["io_priority"]:
+        _native.set_io_priority(theirs["io_priority"])
