@@ -1184,6 +1184,27 @@ def test_a_warm_launch_is_scheduled_as_the_shell_asked(warm_env, tmp_path):
     assert warm_event(run_dir).get("used") is True
 
 
+LOCAL_TIME = """
+import time
+print(time.tzname[0], time.strftime("%z", time.localtime(0)))
+"""
+
+
+def test_a_warm_launch_keeps_the_shell_s_time_zone(warm_env, tmp_path):
+    """The C library reads TZ once: a warm launch's workers kept the warm
+    interpreter's local time (UTC where it had no TZ), and the script's
+    timestamps were off by the zone. A POSIX TZ needs no zone files."""
+    script = tmp_path / "local_time.py"
+    script.write_text(LOCAL_TIME)
+    run_dir = tmp_path / "run"
+    result = subprocess.run([PYINIT, "run", "--nproc-per-node", "1", "--run-dir", str(run_dir),
+                             "--", str(script)], env={**warm_env, "TZ": "PIT-3"},
+                            capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == ["PIT +0300"]
+    assert warm_event(run_dir).get("used") is True
+
+
 # In a mount namespace of its own, /proc read-only as some containers mount
 # it: a warm interpreter, one launch, the interpreter stopped.
 UNDER_READ_ONLY_PROC = """
