@@ -1184,24 +1184,28 @@ def test_a_warm_launch_is_scheduled_as_the_shell_asked(warm_env, tmp_path):
     assert warm_event(run_dir).get("used") is True
 
 
-LOCAL_TIME = """
+READ_ONCE = """
 import time
-print(time.tzname[0], time.strftime("%z", time.localtime(0)))
+import torch.distributed as dist
+print(time.tzname[0], time.strftime("%z", time.localtime(0)), dist.get_debug_level().name)
 """
 
 
-def test_a_warm_launch_keeps_the_shell_s_time_zone(warm_env, tmp_path):
-    """The C library reads TZ once: a warm launch's workers kept the warm
-    interpreter's local time (UTC where it had no TZ), and the script's
-    timestamps were off by the zone. A POSIX TZ needs no zone files."""
-    script = tmp_path / "local_time.py"
-    script.write_text(LOCAL_TIME)
+def test_a_warm_launch_reads_what_was_read_once_again(warm_env, tmp_path):
+    """The C library reads TZ once, and torch.distributed reads
+    TORCH_DISTRIBUTED_DEBUG as it loads: a warm launch's workers kept the
+    warm interpreter's local time (UTC where it had no TZ) and c10d's debug
+    level (OFF), where a cold launch's follow the shell. A POSIX TZ needs no
+    zone files."""
+    script = tmp_path / "read_once.py"
+    script.write_text(READ_ONCE)
     run_dir = tmp_path / "run"
+    env = {**warm_env, "TZ": "PIT-3", "TORCH_DISTRIBUTED_DEBUG": "DETAIL"}
     result = subprocess.run([PYINIT, "run", "--nproc-per-node", "1", "--run-dir", str(run_dir),
-                             "--", str(script)], env={**warm_env, "TZ": "PIT-3"},
-                            capture_output=True, text=True, timeout=240)  # fmt: skip
+                             "--", str(script)], env=env, capture_output=True, text=True,
+                            timeout=240)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.splitlines() == ["PIT +0300"]
+    assert result.stdout.splitlines() == ["PIT +0300 DETAIL"]
     assert warm_event(run_dir).get("used") is True
 
 

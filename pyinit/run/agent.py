@@ -87,6 +87,8 @@ def main(argv: list[str] | None = None, started: float | None = None) -> None:
             _fd2_to(sys.stderr)
     log = EventLog.for_run(node=int(os.environ.get("PYINIT_NODE_RANK", "0")))
     preloaded = "torch" in sys.modules  # a warm interpreter's fork
+    if preloaded:
+        environment_read_again()
     start = boottime()
     with collector_paused():
         from torch.distributed import run as torchrun
@@ -283,6 +285,23 @@ def preload_compile_for_restarts(status_dir: Path) -> None:
 
     LocalElasticAgent._monitor_workers = watching
     SimpleElasticAgent._restart_workers = restart_unthreaded
+
+
+def environment_read_again() -> None:
+    """In a warm interpreter's fork, with the launch's environment: what was
+    read from the environment once, as the interpreter started or imported,
+    read from the launch's, as a fresh start would. The C library's time zone
+    (TZ, or /etc/localtime), and c10d's debug level (TORCH_DISTRIBUTED_DEBUG,
+    which torch.distributed reads as it loads; a wrong value fails here as
+    that import fails in a cold agent). Python code that looked a variable
+    up while the warm interpreter imported is compared instead
+    (pyinit.run.warm.protocol)."""
+    import time
+
+    time.tzset()
+    distributed = sys.modules.get("torch.distributed")
+    if distributed is not None and distributed.is_available():
+        distributed.set_debug_level_from_env()
 
 
 def _fd2_to(log: Any) -> None:

@@ -19,7 +19,6 @@ import select
 import signal
 import socket
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any, NoReturn
 
@@ -164,9 +163,6 @@ def become_agent(channel: socket.socket, keeper: int) -> NoReturn:
             env[request["store_env"]] = str(store_fd)
         os.environ.clear()
         os.environ.update(env)
-        # The C library read TZ (or /etc/localtime) once, in the warm interpreter:
-        # local time as a fresh start with this environment has it.
-        time.tzset()
         # Where bytecode is read from, as a fresh start with this environment sets
         # it: the caller may name a bytecode cache that became ready after this
         # interpreter started, and the workers it forks then read their late
