@@ -387,8 +387,10 @@ def test_torch_s_log_records_reach_the_terminal(warm_env, tmp_path, kind):
 
 # What a script draws from the generators it did not seed.
 DRAWS = """
+import os
 import numpy, torch
-print(torch.initial_seed(), torch.randint(1 << 62, ()).item(), numpy.random.randint(1 << 62))
+drawn = (torch.initial_seed(), torch.randint(1 << 62, ()).item(), numpy.random.randint(1 << 62))
+os.write(1, (" ".join(map(str, drawn)) + "\\n").encode())  # one write: the ranks share stdout
 """
 
 
@@ -1162,8 +1164,9 @@ def test_what_a_fork_without_privileges_cannot_take_on_is_named(monkeypatch):
 SCHEDULED = """
 import os
 from pyinit import _native
-print(os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0), _native.io_priority() >> 13,
-      open("/proc/self/oom_score_adj").read().strip())
+scheduled = (os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0),
+             _native.io_priority() >> 13, open("/proc/self/oom_score_adj").read().strip())
+os.write(1, (" ".join(map(str, scheduled)) + "\\n").encode())  # one write: the ranks share stdout
 """
 
 
