@@ -307,7 +307,7 @@ def test_a_worker_reads_stdin_and_ends_as_python_ends_a_script(warm_env, tmp_pat
 # hang; rank 0 returns after it.
 ENDS_BY_OS_EXIT = """
 import os, sys, time
-print(f"rank {os.environ['RANK']} done", flush=True)
+os.write(1, f"rank {os.environ['RANK']} done\\n".encode())  # one write: the ranks share stdout
 if os.environ["RANK"] == "1":
     os._exit(0)
 time.sleep(0.5)
