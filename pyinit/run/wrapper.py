@@ -43,6 +43,7 @@ from pyinit import _native
 from pyinit.jsonfile import write_json
 from pyinit.phases import install as install_phases
 from pyinit.phases import phase
+from pyinit.process_end import flush_stdio
 from pyinit.run import compiled_flag, fresh_interpreter, group
 from pyinit.run.agent import COMPILED_MARK, TERMINAL_FD_ENV, log_handlers_to
 from pyinit.run.compiles import (
@@ -561,9 +562,7 @@ def _child_ends(status: int) -> NoReturn:
 def _exit_flushed(status: int) -> NoReturn:
     """The process's end without the interpreter's teardown, as
     multiprocessing ends a forked worker, its output written out first."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(AttributeError, OSError, ValueError):
-            stream.flush()
+    flush_stdio()
     os._exit(status)
 
 
