@@ -14,8 +14,9 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
+
+from pyinit.runlog.appender import identity
 
 _finished: Any = None
 _returns: dict[int, Any] = {}  # local rank: torch's SimpleQueue for its return value
@@ -32,7 +33,7 @@ def stopping() -> bool:
     return _finished is not None and _finished.is_set()
 
 
-def return_pipe(local_rank: int) -> tuple[int, int, int] | None:
+def return_pipe(local_rank: int) -> tuple[int, tuple[int, int] | None] | None:
     """In a forked worker, before the script runs: the descriptor its return
     value goes back on, with that pipe's device and inode; None where the
     agent forked no group (a worker of plain torchrun)."""
@@ -40,17 +41,12 @@ def return_pipe(local_rank: int) -> tuple[int, int, int] | None:
     if queue is None:
         return None
     fd = queue._writer.fileno()
-    pipe = os.fstat(fd)
-    return fd, pipe.st_dev, pipe.st_ino
+    return fd, identity(fd)
 
 
-def return_pipe_kept(pipe: tuple[int, int, int] | None) -> bool:
+def return_pipe_kept(pipe: tuple[int, tuple[int, int] | None] | None) -> bool:
     """Whether the descriptor still is that pipe (the script did not close it)."""
     if pipe is None:
         return True
-    fd, device, inode = pipe
-    try:
-        now = os.fstat(fd)
-    except OSError:
-        return False
-    return (now.st_dev, now.st_ino) == (device, inode)
+    fd, named = pipe
+    return identity(fd) == named

@@ -19,6 +19,15 @@ import os
 from pathlib import Path
 
 
+def identity(fd: int) -> tuple[int, int] | None:
+    """The device and inode of the file `fd` names; None where it is closed."""
+    try:
+        named = os.fstat(fd)
+    except OSError:
+        return None
+    return named.st_dev, named.st_ino
+
+
 class Appender:
     """An O_APPEND descriptor of `path`, one ``write()`` per record."""
 
@@ -28,15 +37,10 @@ class Appender:
 
     def _open(self) -> None:
         self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        opened = os.fstat(self.fd)
-        self._identity = (opened.st_dev, opened.st_ino)
+        self._identity = identity(self.fd)
 
     def _ours(self) -> bool:
-        try:
-            now = os.fstat(self.fd)
-        except OSError:  # EBADF: closed, and the number not taken again
-            return False
-        return (now.st_dev, now.st_ino) == self._identity
+        return identity(self.fd) == self._identity
 
     def reopened(self) -> bool:
         """Opens the file again where its descriptor is no longer ours: True
