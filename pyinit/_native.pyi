@@ -353,9 +353,9 @@ def expand_nodelist(nodelist: str) -> list[str]:
     """
     node[01-03],gpu-a -> [node01, node02, node03, gpu-a] (SLURM style).
     """
-def io_priority() -> int:
+def io_priority(pid: typing.SupportsInt | typing.SupportsIndex = 0) -> int:
     """
-    This process's IO priority as ioprio_get(2) gives it (class << 13 | level), as ionice(1) sets it.
+    The IO priority of process `pid` (0: this one) as ioprio_get(2) gives it (class << 13 | level), as ionice(1) sets it.
     """
 def load_node_list(hostfile: str, hostfile_text: str = '', node: typing.SupportsInt | typing.SupportsIndex = -1) -> NodeList:
     """

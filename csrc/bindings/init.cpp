@@ -71,13 +71,17 @@ void bind_init(py::module_& m) {
 
   m.def(
       "io_priority",
-      [] {
-        int priority = pod_init::io_priority();
-        if (priority < 0) throw pod_init::SysError(-priority, "ioprio_get");
+      [](pid_t pid) {
+        int priority = pod_init::io_priority(pid);
+        if (priority < 0) {
+          throw pod_init::SysError(-priority, "ioprio_get",
+                                   pid == 0 ? "" : "/proc/" + std::to_string(pid));
+        }
         return priority;
       },
-      "This process's IO priority as ioprio_get(2) gives it (class << 13 | level), as "
-      "ionice(1) sets it.");
+      py::arg("pid") = 0,
+      "The IO priority of process `pid` (0: this one) as ioprio_get(2) gives it (class << 13 | "
+      "level), as ionice(1) sets it.");
 
   m.def(
       "set_io_priority",

@@ -129,8 +129,8 @@ namespace {
 constexpr int kIoprioWhoProcess = 1;  // linux/ioprio.h: IOPRIO_WHO_PROCESS
 }  // namespace
 
-int io_priority() {
-  long priority = syscall(SYS_ioprio_get, kIoprioWhoProcess, 0);
+int io_priority(pid_t pid) {
+  long priority = syscall(SYS_ioprio_get, kIoprioWhoProcess, pid);
   return priority < 0 ? -errno : static_cast<int>(priority);
 }
 

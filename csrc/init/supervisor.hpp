@@ -61,9 +61,10 @@ int become_subreaper();
 // the bytes now shown (the name and every NUL included) or -errno.
 int set_arguments_shown(const std::vector<std::string>& arguments);
 
-// This process's IO priority as ioprio_get(2) gives it (the class in bits
-// 13-15, the level below), or -errno. Python has no call for it.
-int io_priority();
+// The IO priority of process `pid` (0: this one) as ioprio_get(2) gives it
+// (the class in bits 13-15, the level below), or -errno (ESRCH when there is
+// no such process). Python has no call for it.
+int io_priority(pid_t pid = 0);
 
 // Sets this process's IO priority (a value io_priority() gave). Returns 0 or
 // -errno (EPERM for the real-time class without CAP_SYS_NICE or

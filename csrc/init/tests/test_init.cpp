@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -221,7 +223,19 @@ TEST(Supervisor, IoPriorityIsSetAndReadBack) {
   constexpr int kIdle = 3 << 13;  // IOPRIO_CLASS_IDLE: any process may take it
   ASSERT_EQ(set_io_priority(kIdle), 0);
   EXPECT_EQ(io_priority(), kIdle);
+  EXPECT_EQ(io_priority(getpid()), kIdle);       // the same process, named
   EXPECT_EQ(set_io_priority(7 << 13), -EINVAL);  // no such class
+  // A child is asked by its pid: it inherited the priority at its fork.
+  pid_t child = fork();
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  ASSERT_GT(child, 0);
+  EXPECT_EQ(io_priority(child), kIdle);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  EXPECT_EQ(io_priority(child), -ESRCH);  // reaped: no such process
   // Back as it was (the test process's later tests read files).
   EXPECT_EQ(set_io_priority(before), 0);
 }
