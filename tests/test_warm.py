@@ -8,6 +8,7 @@ import contextlib
 import itertools
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -1094,18 +1095,16 @@ def ask(path: str, packet: bytes, fds: list[int] = ()) -> dict | None:
 
 
 def launch_template(env: dict[str, str]) -> dict:
-    """A launch as pyinit run sends it, for this test process's identity; its
-    agent would only print torchrun's usage (an option torchrun lacks)."""
+    """A launch as pyinit run sends it, for this test process's interpreter;
+    its agent would only print torchrun's usage (an option torchrun lacks)."""
     here = (
         "import json, os; from pyinit.run.warm import protocol; print(json.dumps("
-        "protocol.Identity.here(os.environ, protocol.agent_sys_path()).to_dict()))"
+        "protocol.interpreter_here(protocol.agent_sys_path())))"
     )
-    identity = subprocess.run([sys.executable, "-P", "-c", here], env=env, capture_output=True,
-                              text=True, check=True, timeout=60).stdout  # fmt: skip
-    return {"op": "launch", "args": ["--no-such-torchrun-option"], "env": dict(env),
-            "cwd": "/", "umask": 0o22, "limits": {}, "affinity": [], "preloads": [],
-            "scheduling": scheduling.here(), "identity": json.loads(identity),
-            "store_env": "X"}  # fmt: skip
+    interpreter = subprocess.run([sys.executable, "-P", "-c", here], env=env, capture_output=True,
+                                 text=True, check=True, timeout=60).stdout  # fmt: skip
+    return {"op": "launch", "args": ["--no-such-torchrun-option"], "env": dict(env), "cwd": "/",
+            "preloads": [], "interpreter": json.loads(interpreter), "store_env": "X"}  # fmt: skip
 
 
 ORDINARY = {"nice": 0, "policy": os.SCHED_OTHER, "rt_priority": 0, "io_priority": 0,
@@ -1113,25 +1112,90 @@ ORDINARY = {"nice": 0, "policy": os.SCHED_OTHER, "rt_priority": 0, "io_priority"
 
 
 @pytest.mark.parametrize(
-    "scheduled",
-    [None, [], {"nice": 0}, {**ORDINARY, "nice": "0"}, {**ORDINARY, "nice": 99},
-     {**ORDINARY, "policy": 12345}, {**ORDINARY, "rt_priority": -1},
-     {**ORDINARY, "oom_score_adj": True}, {**ORDINARY, "io_priority": 7 << 13},
-     {**ORDINARY, "io_priority": 2 << 13 | 8}, {**ORDINARY, "io_priority": 5},
-     {**ORDINARY, "extra": 0}],
+    "interpreter",
+    [None, [], {"python": "x"}, {"python": "x", "version": "3", "sys_path": "/usr/lib"},
+     {"python": "x", "version": 3, "sys_path": []}, {"python": "x", "version": "3",
+                                                     "sys_path": [None]}],
 )  # fmt: skip
-def test_a_launch_s_scheduling_of_the_wrong_shape_is_refused(own_warm, scheduled):
-    """The fork that serves a launch takes on the launch's nice value,
-    policy and OOM score: any other record is refused before anything is
-    set, and the interpreter serves on."""
+def test_a_launch_s_interpreter_of_the_wrong_shape_is_refused(own_warm, interpreter):
+    """What a launch says of its interpreter is the one part of who it is
+    that the warm interpreter takes from the request: any other shape is
+    refused before anything is read or set, and it serves on."""
     path = str(Path(own_warm["PYINIT_WARM_DIR"]) / "warm.sock")
     launch = launch_template(own_warm)
-    launch["scheduling"] = scheduled
+    launch["interpreter"] = interpreter
     with open(os.devnull, "rb") as null:
         answer = ask(path, frame(json.dumps(launch).encode()), [null.fileno()] * 3)
-    assert answer == {"ok": False, "reason": "a malformed launch: scheduling must hold nice, "
-                      "policy, rt_priority, io_priority, oom_score_adj"}  # fmt: skip
+    assert answer == {"ok": False, "reason": "a malformed launch: interpreter must hold python, "
+                      "version and sys_path"}  # fmt: skip
     assert serves(own_warm)["launches"] == 0
+
+
+CLAIMS = """
+import json, os, resource, sys
+from pyinit.run.warm import protocol
+
+# What a hostile client of this user's could claim: the warm interpreter's own
+# identity (no sandbox), no umask, limits as high as it has, every CPU, nice 0.
+server = int(os.environ["WARM_PID"])
+claim = protocol.Identity.of(server, protocol.interpreter_here(protocol.agent_sys_path()),
+                             os.environ)
+sent = protocol.send
+
+def claiming(sock, message, fds=()):
+    if message.get("op") == "launch":
+        message = {**message, "identity": claim.to_dict(), "umask": 0, "affinity": [0, 1],
+                   "limits": {"RLIMIT_NOFILE": [4096, 1 << 20]},
+                   "scheduling": {"nice": 0, "policy": 0, "rt_priority": 0, "io_priority": 0,
+                                  "oom_score_adj": 0}}
+    return sent(sock, message, fds)
+
+protocol.send = claiming
+from pyinit.cli import run_cli
+sys.argv = ["pyinit", "run", "--nproc-per-node", "1", "--run-dir", os.environ["RUN_DIR"], "--",
+            os.environ["SCRIPT"]]
+run_cli()
+"""
+SANDBOXED = """
+import os, resource
+status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+print(status["NoNewPrivs"].strip(), status["Umask"].strip(),
+      resource.getrlimit(resource.RLIMIT_NOFILE)[1], os.getpriority(os.PRIO_PROCESS, 0),
+      sorted(os.sched_getaffinity(0)))
+"""
+
+
+def test_a_caller_is_what_the_kernel_says_not_what_it_claims(own_warm, tmp_path):
+    """A client of this user's that claims the warm interpreter's identity
+    has its script run as itself: from under no_new_privs it starts cold
+    (a warm fork would have run it outside), and with a lower hard limit,
+    a higher nice value, a umask and fewer CPUs it is served warm with
+    them, as a cold agent would inherit them."""
+    claims, script = tmp_path / "claims.py", tmp_path / "sandboxed.py"
+    claims.write_text(CLAIMS)
+    script.write_text(SANDBOXED)
+    env = {**own_warm, "WARM_PID": str(serves(own_warm)["pid"]), "SCRIPT": str(script)}
+    umask = os.umask(0)
+    os.umask(umask)
+    nice, cpus = os.getpriority(os.PRIO_PROCESS, 0), sorted(os.sched_getaffinity(0))
+    as_here = f"1 {umask:04o} {resource.getrlimit(resource.RLIMIT_NOFILE)[1]} {nice} {cpus}"
+    narrowed = ["prlimit", "--nofile=512:512", "taskset", "-c", str(cpus[-1]), "nice", "-n", "5",
+                "sh", "-c", 'umask 027 && exec "$0" "$@"']  # fmt: skip
+    for sandbox, used, seen in (
+        (["setpriv", "--no-new-privs"], False, as_here),
+        (narrowed, True, f"0 0027 512 {min(nice + 5, 19)} [{cpus[-1]}]"),
+    ):
+        run_dir = tmp_path / f"run-{used}"
+        result = subprocess.run([*sandbox, sys.executable, str(claims)],
+                                env={**env, "RUN_DIR": str(run_dir)}, cwd=tmp_path,
+                                capture_output=True, text=True, timeout=240)  # fmt: skip
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert result.stdout.splitlines() == [seen]
+        assert warm_event(run_dir).get("used") is used
+        if not used:
+            assert ("starting cold: another set of capabilities, no_new_privs or seccomp here "
+                    "than the warm interpreter's") in result.stderr  # fmt: skip
+    assert serves(own_warm)["launches"] == 1
 
 
 def test_what_a_fork_without_privileges_cannot_take_on_is_named(monkeypatch):
@@ -1239,7 +1303,7 @@ def test_a_warm_launch_is_served_where_proc_is_read_only(tmp_path):
                              UNDER_READ_ONLY_PROC], env=env, capture_output=True, text=True,
                             timeout=240)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    mine = scheduling.here()  # what the launch inherits from this test
+    mine = scheduling.of(0)  # what the launch inherits from this test
     inherited = [mine["nice"], mine["policy"], mine["io_priority"] >> 13, mine["oom_score_adj"]]
     assert result.stdout.splitlines()[0] == " ".join(map(str, inherited))
     assert "Traceback" not in result.stderr
@@ -1253,18 +1317,11 @@ def serves(env: dict[str, str]) -> dict:
     return json.loads(status.stdout)
 
 
-def test_deep_json_and_unknown_names_are_refused_and_it_serves_on(own_warm):
-    """Nesting that exhausts json's recursion, and a launch whose namespaces
-    hold a name this interpreter does not know, each refuse that request."""
+def test_deep_json_is_refused_and_it_serves_on(own_warm):
+    """Nesting that exhausts json's recursion refuses that request."""
     path = str(Path(own_warm["PYINIT_WARM_DIR"]) / "warm.sock")
     assert ask(path, frame(b"[" * 200_000)) is None
     assert ask(path, frame(b'{"a":' * 100_000)) is None
-    launch = launch_template(own_warm)
-    launch["identity"]["namespaces"]["time"] = "time:[4026531834]"
-    with open(os.devnull, "rb") as null:
-        answer = ask(path, frame(json.dumps(launch).encode()), [null.fileno()] * 3)
-    assert answer == {"ok": False, "reason": "another set of namespaces here than the warm "
-                      "interpreter's"}  # fmt: skip
     log = (Path(own_warm["PYINIT_WARM_DIR"]) / "warm.log").read_text()
     assert log.count("a request that could not be read: malformed JSON: nested too deeply") == 2
     assert serves(own_warm)["launches"] == 0
@@ -1327,28 +1384,20 @@ def mutations(template: dict, seed: int) -> Iterator[tuple[bytes, bool]]:
             yield frame(text), rng.random() < 0.5
         else:
             launch = json.loads(json.dumps(template))
-            section = rng.choice(["identity", "identity", "preloads", "op", "limits", "cwd"])
-            if section == "identity":
-                field = rng.choice(sorted(set(launch["identity"]) - {"import_env"}))
-                inner = launch["identity"][field]
-                if isinstance(inner, dict) and inner and rng.random() < 0.5:
-                    inner[rng.choice(sorted(inner))] = any_value()
-                    inner["extra" + str(rng.randrange(9))] = any_value()
-                else:
-                    launch["identity"][field] = any_value()
+            section = rng.choice(["interpreter", "interpreter", "preloads", "op", "cwd", "env"])
+            if section == "interpreter" and rng.random() < 0.5:
+                field = rng.choice(sorted(launch["interpreter"]))
+                launch["interpreter"][field] = any_value()
+                launch["interpreter"]["extra" + str(rng.randrange(9))] = any_value()
             elif section == "preloads":
                 launch["preloads"] = [rng.choice(["", "no.such.module", "x" * 500])]
-            elif section == "limits":
-                launch["limits"] = {rng.choice(["RLIMIT_NOFILE", "nope", "__class__"]):
-                                    any_value()}  # fmt: skip
-                launch["identity"]["uid"] = -1  # were the limits acceptable: refused anyway
             else:
                 launch[section] = any_value()
-                launch["identity"]["gid"] = -1
             if rng.random() < 0.2:
                 del launch[rng.choice(sorted(launch))]
-            if launch.get("identity") == template["identity"] and not launch.get("preloads"):
-                launch["identity"]["gid"] = -1  # a change that changed nothing: refused anyway
+            if isinstance(launch.get("interpreter"), dict) and not launch.get("preloads"):
+                # Were the rest acceptable: refused anyway, as another interpreter's.
+                launch["interpreter"]["version"] = "0.0"
             yield frame(json.dumps(launch, default=str).encode(errors="surrogateescape")), True
 
 
@@ -1420,7 +1469,7 @@ def test_a_venv_s_python_and_python3_are_one_interpreter(tmp_path):
         return json.loads(done.stdout)
 
     ours = Identity(**identity(here))
-    assert ours.difference(identity(other), {}, frozenset()) == ""
+    assert ours.difference(Identity(**identity(other)), {}, frozenset()) == ""
 
 
 def test_environment_reads_are_recorded_as_names_whatever_the_key_s_type():

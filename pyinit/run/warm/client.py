@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import resource
 import select
 import signal
 import socket
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyinit.run.warm import protocol, scheduling
+from pyinit.run.warm import protocol
 
 # A warm interpreter still importing (one a run that came first started, or one
 # starting beside a slow boot) answers once its imports end, however long they
@@ -29,9 +28,6 @@ from pyinit.run.warm import protocol, scheduling
 STALL_S = 60.0
 POLL_S = 0.2  # also how soon a signal that ends the launch ends the wait
 REST_S = 30.0  # for the rest of a message once its first bytes came, and to send one
-LIMITS = ("RLIMIT_NOFILE", "RLIMIT_NPROC", "RLIMIT_CORE", "RLIMIT_STACK", "RLIMIT_MEMLOCK",
-          "RLIMIT_AS", "RLIMIT_DATA", "RLIMIT_FSIZE", "RLIMIT_CPU", "RLIMIT_NICE", "RLIMIT_RTPRIO",
-          "RLIMIT_SIGPENDING", "RLIMIT_MSGQUEUE", "RLIMIT_LOCKS", "RLIMIT_RSS")  # fmt: skip
 ESCALATING = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -164,9 +160,9 @@ def hand_over(args: Sequence[str], env: Mapping[str, str], preloads: Sequence[st
               store_fd: int | None, store_env: str,
               stop_waiting: Callable[[], int]) -> WarmLaunch | str | None:  # fmt: skip
     """The agent (`args` as pyinit.run.agent takes them) started by the warm
-    interpreter with this process's standard streams, folder, umask, limits
-    and affinity and `env`; the reason in one line when it would not serve
-    this launch; None when no warm interpreter runs. Interrupted when
+    interpreter with this process's standard streams, folder, umask, limits,
+    affinity, scheduling and `env`; the reason in one line when it would not
+    serve this launch; None when no warm interpreter runs. Interrupted when
     `stop_waiting` names a signal before the agent was started."""
     try:
         sock = connect(env)
@@ -180,15 +176,12 @@ def hand_over(args: Sequence[str], env: Mapping[str, str], preloads: Sequence[st
     if len(stdio) < 3:
         sock.close()
         return "a standard stream is closed here"
-    umask = os.umask(0)
-    os.umask(umask)
+    # Who this process is, its limits, umask, affinity and scheduling: the warm
+    # interpreter asks the kernel (pyinit.run.warm.caller).
     launch = {
-        "op": "launch", "args": list(args), "env": dict(env), "cwd": os.getcwd(), "umask": umask,
-        "limits": {name: resource.getrlimit(getattr(resource, name)) for name in LIMITS
-                   if hasattr(resource, name)},
-        "affinity": sorted(os.sched_getaffinity(0)), "scheduling": scheduling.here(),
+        "op": "launch", "args": list(args), "env": dict(env), "cwd": os.getcwd(),
         "preloads": list(preloads),
-        "identity": protocol.Identity.here(env, protocol.agent_sys_path()).to_dict(),
+        "interpreter": protocol.interpreter_here(protocol.agent_sys_path()),
         "store_env": store_env,
     }  # fmt: skip
     fds = stdio + ([store_fd] if store_fd is not None else [])

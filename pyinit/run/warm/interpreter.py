@@ -36,6 +36,7 @@ from pyinit.say import say as say_line
 if TYPE_CHECKING:
     import subprocess
 
+    from pyinit.run.warm.caller import Caller
     from pyinit.run.warm.cpu_probe import CpuProbe
 
 
@@ -160,20 +161,20 @@ class Warm:
         if not self.deferred and self.filler is None:  # all imported: kept for the next start
             self.filler = bytecode.fill_later()
 
-    def difference(self, request: dict[str, Any]) -> str:
-        """Why this launch cannot be served here ("" when it can)."""
+    def difference(self, request: dict[str, Any], peer: Caller) -> str:
+        """Why this launch, from `peer`, cannot be served here ("" when it can)."""
         missing = [m for m in request.get("preloads", []) if m not in self.preloads]
         if missing:
             return f"the warm interpreter has not preloaded {', '.join(missing)}"
         # As the launch's agent would import: with its defaults where the user set none.
-        environ = {**AGENT_ENV_DEFAULTS, **request.get("env", {})}
-        why = self.identity.difference(request.get("identity", {}), environ, self.read_at_import)
+        environ = {**AGENT_ENV_DEFAULTS, **request["env"]}
+        why = self.identity.difference(peer.identity, environ, self.read_at_import)
         if why:
             return why
-        why = scheduling.refusal(request["scheduling"], scheduling.here())
+        why = scheduling.refusal(peer.scheduling, scheduling.of(0))
         if why:
             return why
-        for name, (_soft, hard) in request.get("limits", {}).items():
+        for name, (_soft, hard) in peer.limits.items():
             _, mine = resource.getrlimit(getattr(resource, name))
             if mine != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or hard > mine):
                 return f"{name}'s hard limit is lower in the warm interpreter ({mine} < {hard})"

@@ -172,9 +172,11 @@ def _peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
 NAMESPACES = ("mnt", "net", "pid", "ipc", "uts", "user", "cgroup")
 # What else of the process must be the same, and how a difference is named.
 SHARED = {"uid": "user", "gid": "group", "groups": "set of supplementary groups",
-          "cgroup": "cgroup", "namespaces": "namespace",
-          "privileges": "set of capabilities, no_new_privs or seccomp"}  # fmt: skip
-STATUS_FIELDS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp")
+          "root": "root folder (chroot)", "cgroup": "cgroup", "namespaces": "namespace",
+          "privileges": "set of capabilities, no_new_privs or seccomp",
+          "security": "security context (AppArmor, SELinux)"}  # fmt: skip
+STATUS_FIELDS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp",
+                 "Seccomp_filters")  # fmt: skip
 
 
 class Wakeup:
@@ -204,11 +206,22 @@ class Wakeup:
         os.close(self.write_fd)
 
 
+def interpreter_here(agent_path: Sequence[str]) -> dict[str, Any]:
+    """What a launch says of the interpreter its agent would run: the binary
+    itself (a venv's python and python3 are one interpreter; its sys.path,
+    compared too, tells one venv from another), its version, the agent's
+    sys.path."""
+    return {"python": os.path.realpath(sys.executable), "version": sys.version,
+            "sys_path": list(agent_path)}  # fmt: skip
+
+
 @dataclass
 class Identity:
-    """What a launch must share with the warm interpreter. Built from this
-    process and an environment; the agent's sys.path is the caller's without
-    the folder its own start put first (the agent starts with -P)."""
+    """What a launch must share with the warm interpreter: the interpreter
+    its agent would run (as the launch says: interpreter_here), and who the
+    process is, as the kernel tells it for its pid (never as a client says:
+    a process in a sandbox, without a capability or under no_new_privs,
+    could claim the warm interpreter's and have its script run outside)."""
 
     python: str
     version: str
@@ -216,44 +229,56 @@ class Identity:
     uid: int
     gid: int
     groups: list[int]
+    root: str
     cgroup: str
     namespaces: dict[str, str]
     privileges: dict[str, str]
+    security: str
     import_env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def here(cls, environ: Mapping[str, str], agent_path: Sequence[str]) -> Identity:
+    def of(cls, pid: int | str, interpreter: Mapping[str, Any],
+           environ: Mapping[str, str]) -> Identity:  # fmt: skip
+        """Process `pid`'s ("self": this one), running `interpreter` with
+        `environ`. OSError when its /proc/PID/status cannot be read; a link
+        or file of it that cannot be read counts as empty, which no process
+        that can read its own has."""
+        proc = f"/proc/{pid}"
+        status = dict(line.partition(":")[::2] for line in
+                      Path(proc, "status").read_text().splitlines())  # fmt: skip
         return cls(
-            # The binary itself: a venv's python and python3 are one interpreter
-            # (its sys.path, compared too, tells one venv from another).
-            python=os.path.realpath(sys.executable), version=sys.version,
-            sys_path=list(agent_path),
-            uid=os.geteuid(), gid=os.getegid(), groups=sorted(os.getgroups()),
-            cgroup=_read("/proc/self/cgroup"),
-            namespaces={ns: _link(f"/proc/self/ns/{ns}") for ns in NAMESPACES},
-            privileges=_status_fields(),
+            python=interpreter["python"], version=interpreter["version"],
+            sys_path=list(interpreter["sys_path"]),
+            # Effective ids, as access checks use them: real, effective, saved, fs.
+            uid=int(status["Uid"].split()[1]), gid=int(status["Gid"].split()[1]),
+            groups=sorted(int(g) for g in status.get("Groups", "").split()),
+            root=_link(f"{proc}/root"), cgroup=_read(f"{proc}/cgroup"),
+            namespaces={ns: _link(f"{proc}/ns/{ns}") for ns in NAMESPACES},
+            privileges={k: status[k].strip() for k in STATUS_FIELDS if k in status},
+            security=_read(f"{proc}/attr/current"),
             import_env={k: v for k, v in environ.items() if import_time(k)},
         )  # fmt: skip
+
+    @classmethod
+    def here(cls, environ: Mapping[str, str], agent_path: Sequence[str]) -> Identity:
+        return cls.of("self", interpreter_here(agent_path), environ)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def difference(self, launch: Mapping[str, Any], environ: Mapping[str, str],
+    def difference(self, launch: Identity, environ: Mapping[str, str],
                    read_at_import: frozenset[str]) -> str:  # fmt: skip
-        """Why a launch with `launch` (another Identity's dict) and the
-        caller's full `environ` cannot use this warm interpreter; "" when it can."""
-        if launch.get("python") != self.python or launch.get("version") != self.version:
-            return f"another interpreter ({launch.get('python')}, this one is {self.python})"
-        if launch.get("sys_path") != self.sys_path:
-            return "another sys.path (" + _first_difference(launch.get("sys_path"),
-                                                            self.sys_path) + ")"  # fmt: skip
+        """Why a launch with `launch` and the caller's full `environ` cannot
+        use this warm interpreter; "" when it can."""
+        if launch.python != self.python or launch.version != self.version:
+            return f"another interpreter ({launch.python}, this one is {self.python})"
+        if launch.sys_path != self.sys_path:
+            return f"another sys.path ({_first_difference(launch.sys_path, self.sys_path)})"
         for key, what in SHARED.items():
-            theirs = launch.get(key)
-            if theirs != getattr(self, key):
-                if key == "namespaces" and isinstance(theirs, dict):
-                    # A name of no namespace this interpreter knows differs too.
-                    ns = [n for n in NAMESPACES if theirs.get(n) != self.namespaces[n]]
-                    what = f"{ns[0]} namespace" if ns else "set of namespaces"
+            if getattr(launch, key) != getattr(self, key):
+                if key == "namespaces":
+                    what = next(f"{n} namespace" for n in NAMESPACES
+                                if launch.namespaces[n] != self.namespaces[n])  # fmt: skip
                 return f"another {what} here than the warm interpreter's"
         names = set(self.import_env) | {k for k in environ if import_time(k)} | read_at_import
         for name in sorted(names):
@@ -287,15 +312,6 @@ def _link(path: str) -> str:
         return os.readlink(path)
     except OSError:
         return ""
-
-
-def _status_fields() -> dict[str, str]:
-    found = {}
-    for line in _read("/proc/self/status").splitlines():
-        key, _, value = line.partition(":")
-        if key in STATUS_FIELDS:
-            found[key] = value.strip()
-    return found
 
 
 def agent_sys_path() -> list[str]:

@@ -2,70 +2,42 @@
 scheduling policy, its IO priority and its OOM score adjustment, which a
 cold agent and its workers inherit from the shell that ran ``nice -n 10
 pyinit run``, ``chrt --idle 0 pyinit run``, ``ionice -c 3 pyinit run`` or
-``choom -n 500 pyinit run``. A warm
-interpreter's fork inherits the warm interpreter's instead, so the launch
-sends its own and the fork that serves it takes them on.
+``choom -n 500 pyinit run``. A warm interpreter's fork inherits the warm
+interpreter's instead: the warm interpreter reads the caller's from the
+kernel (pyinit.run.warm.caller), and the fork that serves it takes them on.
 
 A process may always be made nicer, moved from the normal policy to the
 batch or idle one, given any IO priority but the real-time class, and made
 likelier to be chosen by the OOM killer; the opposite needs CAP_SYS_NICE
-(CAP_SYS_RESOURCE for the OOM score). Where the
-fork could not take on what the launch has, the launch starts cold, and
-says why.
+(CAP_SYS_RESOURCE for the OOM score). Where the fork could not take on what
+the caller has, the launch starts cold, and says why.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from pyinit import _native
 
-OOM_SCORE_ADJ = Path("/proc/self/oom_score_adj")
 CAP_SYS_NICE, CAP_SYS_RESOURCE = 23, 24
 # The policies a process without privileges may be moved to from the normal one.
 ORDINARY = {os.SCHED_OTHER, os.SCHED_BATCH, os.SCHED_IDLE}
-FIELDS = ("nice", "policy", "rt_priority", "io_priority", "oom_score_adj")
-IO_REAL_TIME, IO_IDLE = 1, 3  # ioprio classes; 0 is none, 2 best effort
+IO_REAL_TIME = 1  # ioprio's classes: 0 none, 1 real time, 2 best effort, 3 idle
 IO_CLASS_SHIFT = 13
 
 
-def here() -> dict[str, int]:
-    """This process's nice value, policy (with its real-time priority), IO
-    priority and OOM score adjustment."""
+def of(pid: int) -> dict[str, int]:
+    """The nice value, policy (with its real-time priority), IO priority and
+    OOM score adjustment of process `pid` (0: this one), as the kernel
+    tells them. OSError when it cannot (the process has ended)."""
     return {
-        "nice": os.getpriority(os.PRIO_PROCESS, 0),
-        "policy": os.sched_getscheduler(0),
-        "rt_priority": os.sched_getparam(0).sched_priority,
-        "io_priority": _native.io_priority(),
-        "oom_score_adj": int(OOM_SCORE_ADJ.read_text()),
+        "nice": os.getpriority(os.PRIO_PROCESS, pid),
+        "policy": os.sched_getscheduler(pid),
+        "rt_priority": os.sched_getparam(pid).sched_priority,
+        "io_priority": _native.io_priority(pid),
+        "oom_score_adj": int(Path(f"/proc/{pid or 'self'}/oom_score_adj").read_text()),
     }
-
-
-POLICIES = ORDINARY | {os.SCHED_FIFO, os.SCHED_RR}
-RANGES = {"nice": range(-20, 20), "rt_priority": range(100), "oom_score_adj": range(-1000, 1001)}
-
-
-def malformed(theirs: Any) -> bool:
-    """Whether a launch's record is not one here() could give (a client may send anything)."""
-    return not (
-        isinstance(theirs, dict)
-        and set(theirs) == set(FIELDS)
-        and all(type(theirs[name]) is int for name in FIELDS)
-        and theirs["policy"] in POLICIES
-        and all(theirs[name] in values for name, values in RANGES.items())
-        and _io_priority_exists(theirs["io_priority"])
-    )
-
-
-def _io_priority_exists(priority: int) -> bool:
-    """A class the kernel has, with a level it takes (none has only 0; the
-    real-time and best-effort ones 0 to 7; idle any)."""
-    io_class, level = priority >> IO_CLASS_SHIFT, priority & ((1 << IO_CLASS_SHIFT) - 1)
-    if not 0 <= priority < 4 << IO_CLASS_SHIFT:
-        return False
-    return io_class == IO_IDLE or level < (1 if io_class == 0 else 8)
 
 
 def _capable(bit: int) -> bool:
@@ -98,9 +70,9 @@ def take_on(theirs: dict[str, int]) -> None:
     """This process scheduled as `theirs` (refusal() said it may be). Only
     what differs is set: a /proc mounted read-only, as some containers have
     it, refuses even a write of the same OOM score."""
-    mine = here()
+    mine = of(0)
     if theirs["oom_score_adj"] != mine["oom_score_adj"]:
-        OOM_SCORE_ADJ.write_text(str(theirs["oom_score_adj"]))
+        Path("/proc/self/oom_score_adj").write_text(str(theirs["oom_score_adj"]))
     if (theirs["policy"], theirs["rt_priority"]) != (mine["policy"], mine["rt_priority"]):
         os.sched_setscheduler(0, theirs["policy"], os.sched_param(theirs["rt_priority"]))
     if theirs["nice"] != mine["nice"]:

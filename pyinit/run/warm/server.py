@@ -22,7 +22,6 @@ import contextlib
 import errno
 import math
 import os
-import resource
 import select
 import signal
 import socket
@@ -39,7 +38,7 @@ from pyinit.run.preload import (
     fork_unsafe,
     parse,
 )
-from pyinit.run.warm import cpu_probe, protocol, scheduling
+from pyinit.run.warm import caller, cpu_probe, protocol
 from pyinit.run.warm.intake import REPLY_TIMEOUT_S, Intake
 from pyinit.run.warm.interpreter import Spare, Warm, say
 from pyinit.run.warm.keeper import WAITED, keep, reaped
@@ -280,33 +279,38 @@ def _answer(warm: Warm, channels: Channels, conn: socket.socket, request: dict[s
 def launch_problem(request: dict[str, Any], fds: list[int]) -> str:
     """What is wrong with a launch request's shape ("" when nothing): a
     client of this user's may still send anything."""
-    env, args, limits = request.get("env"), request.get("args"), request.get("limits", {})
+    env, args, interpreter = request.get("env"), request.get("args"), request.get("interpreter")
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
         return "env must map names to strings"
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         return "args must be a list of strings"
-    if not isinstance(request.get("cwd"), str) or not isinstance(request.get("umask"), int):
-        return "cwd and umask are missing"
-    if not isinstance(limits, dict) or not all(
-            hasattr(resource, name) and isinstance(v, list) and len(v) == 2
-            for name, v in limits.items()):  # fmt: skip
-        return "limits must map RLIMIT_ names to [soft, hard]"
-    if scheduling.malformed(request.get("scheduling")):
-        return "scheduling must hold nice, policy, rt_priority, io_priority, oom_score_adj"
-    if len(fds) < 3 or not isinstance(request.get("identity"), dict):
-        return "the standard streams and the identity are missing"
+    if not isinstance(request.get("cwd"), str):
+        return "cwd is missing"
+    if not (isinstance(interpreter, dict) and isinstance(interpreter.get("python"), str)
+            and isinstance(interpreter.get("version"), str)
+            and isinstance(interpreter.get("sys_path"), list)
+            and all(isinstance(p, str) for p in interpreter["sys_path"])):  # fmt: skip
+        return "interpreter must hold python, version and sys_path"
+    if len(fds) < 3:
+        return "the standard streams are missing"
     return ""
 
 
 def _launch(warm: Warm, channels: Channels, conn: socket.socket, request: dict[str, Any],
             fds: list[int]) -> bool:  # fmt: skip
-    """Hands a launch that matches to the spare keeper, which runs it. True
-    when forking is no longer safe: no more launches."""
+    """Hands a launch that matches to the spare keeper, which runs it, with
+    what the kernel says of the caller (pyinit.run.warm.caller). True when
+    forking is no longer safe: no more launches."""
     why = launch_problem(request, fds)
     if why:
         protocol.send(conn, {"ok": False, "reason": f"a malformed launch: {why}"})
         return False
-    why = warm.difference(request)
+    try:
+        peer = caller.read(protocol.peer_pid(conn), request["interpreter"], request["env"])
+    except caller.Unknown as unknown:
+        protocol.send(conn, {"ok": False, "reason": str(unknown)})
+        return False
+    why = warm.difference(request, peer)
     if why:
         protocol.send(conn, {"ok": False, "reason": why})
         return False
@@ -315,7 +319,7 @@ def _launch(warm: Warm, channels: Channels, conn: socket.socket, request: dict[s
         return True
     spare = warm.spare or fork_spare(warm, channels)
     warm.spare = None
-    protocol.send(spare.channel, request, [conn.fileno(), *fds])
+    protocol.send(spare.channel, {**request, **peer.settings()}, [conn.fileno(), *fds])
     spare.channel.close()
     warm.launches += 1
     warm.keepers.add(spare.pid)
