@@ -1418,6 +1418,66 @@ def test_the_warm_interpreter_survives_ten_thousand_hostile_frames(own_warm, tmp
     assert warm_event(tmp_path)["used"] is True
 
 
+IMPOSTOR = """
+import json, os, socket, sys
+from pyinit.run.warm import protocol
+
+# Binds the user's warm socket first, greets every peer and writes down what
+# each sent: a launch would bring the run's environment and its terminal.
+folder = sys.argv[1]
+listener = socket.socket(socket.AF_UNIX)
+listener.bind(os.path.join(folder, protocol.SOCKET_NAME))
+listener.listen()
+print("listening", flush=True)
+heard = []
+while True:
+    conn, _ = listener.accept()
+    try:
+        protocol.send(conn, protocol.GREETING)
+        message, fds = protocol.receive(conn, 8)
+    except OSError:
+        message, fds = None, []
+    heard.append({"op": (message or {}).get("op"), "fds": len(fds)})
+    with open(os.path.join(folder, "heard.tmp"), "w") as out:
+        json.dump(heard, out)
+    os.replace(os.path.join(folder, "heard.tmp"), os.path.join(folder, "heard"))
+    if message and message.get("op") == "status":
+        protocol.send(conn, {"ok": True, "pid": os.getpid(), "preloads": ["torch"],
+                             "launches": 0, "running": 0})
+    conn.close()
+"""
+
+
+def test_a_listener_that_is_not_who_the_caller_is_is_sent_nothing(tmp_path):
+    """A process of this user's in a sandbox (here under no_new_privs) that
+    binds the warm socket first is sent no launch: pyinit run asks the
+    kernel who listens, starts cold and says why; the impostor never sees
+    the run's environment or descriptors."""
+    folder = tmp_path / "warm"
+    folder.mkdir(mode=0o700)
+    impostor = tmp_path / "impostor.py"
+    impostor.write_text(IMPOSTOR)
+    script = tmp_path / "ok.py"
+    script.write_text("print('the script ran')\n")
+    listening = subprocess.Popen(["setpriv", "--no-new-privs", sys.executable, str(impostor),
+                                  str(folder)], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert listening.stdout.readline() == "listening\n"
+        result = subprocess.run([PYINIT, "run", "--nproc-per-node", "1", "--run-dir",
+                                 str(tmp_path / "run"), "--", str(script)],
+                                env=folder_env(folder), capture_output=True, text=True,
+                                timeout=240)  # fmt: skip
+    finally:
+        listening.kill()
+        listening.communicate()
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout == "the script ran\n"
+    assert ("pyinit run: starting cold: another set of capabilities, no_new_privs or seccomp "
+            "here than the warm interpreter's\n") in result.stderr  # fmt: skip
+    heard = json.loads((folder / "heard").read_text()) if (folder / "heard").exists() else []
+    assert heard and all(h == {"op": None, "fds": 0} for h in heard), heard
+
+
 def test_an_unusable_socket_folder_says_so_and_the_script_runs_cold(tmp_path):
     script = tmp_path / "ok.py"
     script.write_text("print('the script ran')\n")

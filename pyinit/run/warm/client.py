@@ -156,6 +156,26 @@ def _cpu_ticks(pid: int) -> int | None:
     return int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of proc(5)
 
 
+def listener_difference(sock: socket.socket) -> str:
+    """Why the process that listens at the other end of `sock` is not to be
+    handed a launch ("" when it may): it is not who this process is, as the
+    kernel tells it. The folder is this user's, but a process of this
+    user's in a sandbox (another namespace, fewer privileges) may have bound
+    the socket first, and would be sent this run's environment and
+    terminal; a real warm interpreter there would refuse the launch anyway."""
+    pid = protocol.peer_pid(sock)
+    if pid <= 0:
+        return "the warm interpreter runs in a PID namespace this process cannot see"
+    interpreter = protocol.interpreter_here(())
+    try:
+        theirs = protocol.Identity.of(pid, interpreter, {})
+        mine = protocol.Identity.of("self", interpreter, {})
+    except (OSError, KeyError, ValueError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+        return f"the warm interpreter (pid {pid}) cannot be read ({reason})"
+    return mine.process_difference(theirs)
+
+
 def hand_over(args: Sequence[str], env: Mapping[str, str], preloads: Sequence[str],
               store_fd: int | None, store_env: str,
               stop_waiting: Callable[[], int]) -> WarmLaunch | str | None:  # fmt: skip
@@ -172,6 +192,10 @@ def hand_over(args: Sequence[str], env: Mapping[str, str], preloads: Sequence[st
         return str(error)
     if sock is None:
         return None
+    why = listener_difference(sock)
+    if why:
+        sock.close()
+        return why
     stdio = [fd for fd in (0, 1, 2) if _is_open(fd)]
     if len(stdio) < 3:
         sock.close()

@@ -274,12 +274,9 @@ class Identity:
             return f"another interpreter ({launch.python}, this one is {self.python})"
         if launch.sys_path != self.sys_path:
             return f"another sys.path ({_first_difference(launch.sys_path, self.sys_path)})"
-        for key, what in SHARED.items():
-            if getattr(launch, key) != getattr(self, key):
-                if key == "namespaces":
-                    what = next(f"{n} namespace" for n in NAMESPACES
-                                if launch.namespaces[n] != self.namespaces[n])  # fmt: skip
-                return f"another {what} here than the warm interpreter's"
+        why = self.process_difference(launch)
+        if why:
+            return why
         names = set(self.import_env) | {k for k in environ if import_time(k)} | read_at_import
         for name in sorted(names):
             if name.startswith(PER_LAUNCH_PREFIXES) or name in UNCOMPARED_NAMES:
@@ -289,6 +286,18 @@ class Identity:
                 shown = "unset" if theirs is None else f"{name}={theirs!r:.60}"
                 was = "unset" if mine is None else f"{mine!r:.60}"
                 return f"{name} differs ({shown} here, {was} in the warm interpreter)"
+        return ""
+
+    def process_difference(self, other: Identity) -> str:
+        """How `other` is not the same process as this one, as the kernel
+        tells it (user, root folder, cgroup, namespaces, privileges); ""
+        where it is the same."""
+        for key, what in SHARED.items():
+            if getattr(other, key) != getattr(self, key):
+                if key == "namespaces":
+                    what = next(f"{n} namespace" for n in NAMESPACES
+                                if other.namespaces[n] != self.namespaces[n])  # fmt: skip
+                return f"another {what} here than the warm interpreter's"
         return ""
 
 
