@@ -187,6 +187,31 @@ def test_a_metadata_pickle_that_would_run_code_is_refused_unrun(folder):
         assert not marker.exists()
 
 
+def test_an_item_pickle_that_would_run_code_is_refused_unrun(folder):
+    """What is not a tensor DCP saves as a pickle, and its planner loads it
+    with torch.load(weights_only=False). A checkpoint from anyone (here
+    DCP's own writer's, which records no CRCs; a CRC is no signature
+    either) ran its code at a load under a state-dict key as common as
+    "extra"; it is now checked by torch's weights-only unpickler first."""
+    path = folder / "ckpt"
+    marker = folder / "ran"
+    dcp.save({**state(), "extra": RunsCode(marker)}, storage_writer=FileSystemWriter(path))
+    error = load_failure(path)
+    assert isinstance(error, InputError), error
+    assert error.file == str(path / "__0_0.distcp")
+    said = ("item 'extra' is a pickle that names posix.system, which torch's weights-only "
+            "loading does not allow: refused, never run (torch.serialization.add_safe_globals "
+            "allows a class you trust)")  # fmt: skip
+    assert str(error).endswith(said)
+    assert not marker.exists()
+    # What weights-only loading takes (dicts, numbers, strings) still loads.
+    plain = folder / "plain"
+    dcp.save(state(), storage_writer=FileSystemWriter(plain))
+    loaded = blank()
+    dcp.load(loaded, storage_reader=DirectStorageReader(plain))
+    assert same(loaded, state())
+
+
 def rewrite_crcs(path: Path, change) -> None:
     """The checkpoint's metadata with its CRC table changed by `change`."""
     metadata = pickle.loads((path / ".metadata").read_bytes())

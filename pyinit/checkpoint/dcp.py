@@ -23,7 +23,9 @@ without its metadata.
 
 A checkpoint folder is data, never code: ``.metadata`` is unpickled with
 only the classes DCP's metadata is made of (torch's own reader would run
-whatever the pickle names).
+whatever the pickle names), and an item that is not a tensor, which DCP's
+planner unpickles with ``torch.load(weights_only=False)``, is first checked
+with torch's weights-only unpickler.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import math
 import os
 import pickle
 import queue
+import re
 import shutil
 import threading
 import uuid
@@ -379,11 +382,13 @@ def _saved_tensor(item: memoryview) -> torch.Tensor:
                                          overall_storage=whole, encoding="utf-8")  # fmt: skip
 
 
-def _apply(request: ReadItem, item: memoryview, planner: LoadPlanner,
+def _apply(path: str, request: ReadItem, item: memoryview, planner: LoadPlanner,
            planner_lock: threading.Lock) -> None:  # fmt: skip
-    """One item's bytes into the planner's target (DCP's narrowing of a saved
-    shard to the requested part, as FileSystemReader does it)."""
+    """One item's bytes, from the file `path`, into the planner's target
+    (DCP's narrowing of a saved shard to the requested part, as
+    FileSystemReader does it)."""
     if request.type == LoadItemType.BYTE_IO:
+        _refuse_code(path, request, item)
         with planner_lock:
             planner.load_bytes(request, io.BytesIO(item))
         return
@@ -397,6 +402,25 @@ def _apply(request: ReadItem, item: memoryview, planner: LoadPlanner,
     target.copy_(tensor)
     with planner_lock:
         planner.commit_tensor(request, target)
+
+
+def _refuse_code(path: str, request: ReadItem, item: memoryview) -> None:
+    """An item that is not a tensor is a pickle, which DCP's planners load
+    with torch.load(weights_only=False): whatever it names would run. It is
+    unpickled first as torch.load does by default, with the globals torch
+    allows and those the program added (torch.serialization.add_safe_globals);
+    one that names anything else is refused, never run. What passes holds
+    only what that unpickler builds, which the planner's load then builds
+    again."""
+    try:
+        torch.load(io.BytesIO(item), weights_only=True)
+    except pickle.UnpicklingError as error:
+        named = re.search(r"GLOBAL ([\w.]+)", str(error))
+        what = named.group(1) if named else "what weights-only loading refuses"
+        raise InputError(f"item {request.storage_index.fqn!r} is a pickle that names {what}, "
+                         "which torch's weights-only loading does not allow: refused, never run "
+                         "(torch.serialization.add_safe_globals allows a class you trust)",
+                         file=path) from None  # fmt: skip
 
 
 class _MetadataUnpickler(pickle.Unpickler):
@@ -561,7 +585,7 @@ class DirectStorageReader(_Folder, StorageReader):
                     for request, info in run.requests:
                         item = data[info.offset - begin : info.offset - begin + info.length]
                         self._check(path, info, request, item)
-                        _apply(request, item, planner, planner_lock)
+                        _apply(path, request, item, planner, planner_lock)
             except BaseException as error:
                 failures.append(error)
             finally:
