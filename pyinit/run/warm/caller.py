@@ -18,7 +18,6 @@ import resource
 import select
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pyinit.run.warm import protocol, scheduling
@@ -61,8 +60,12 @@ def read(pid: int, interpreter: Mapping[str, Any], environ: Mapping[str, str]) -
     try:
         limits = {name: resource.prlimit(pid, getattr(resource, name))
                   for name in LIMITS if hasattr(resource, name)}  # fmt: skip
-        caller = Caller(identity=protocol.Identity.of(pid, interpreter, environ),
-                        scheduling=scheduling.of(pid), limits=limits, umask=_umask(pid),
+        status = protocol.process_status(pid)
+        if "Umask" not in status:
+            raise ValueError("no Umask in /proc/PID/status (a kernel before 4.7)")
+        caller = Caller(identity=protocol.Identity.of(pid, interpreter, environ, status),
+                        scheduling=scheduling.of(pid), limits=limits,
+                        umask=int(status["Umask"], 8),
                         affinity=sorted(os.sched_getaffinity(pid)))  # fmt: skip
         ended, _, _ = select.select([held], [], [], 0)
     except (OSError, KeyError, ValueError) as error:
@@ -73,10 +76,3 @@ def read(pid: int, interpreter: Mapping[str, Any], environ: Mapping[str, str]) -
     if ended:
         raise Unknown("the caller ended before it was served")
     return caller
-
-
-def _umask(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("Umask:"):
-            return int(line.split()[1], 8)
-    raise ValueError("no Umask in /proc/PID/status (a kernel before 4.7)")

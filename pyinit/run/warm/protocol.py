@@ -206,6 +206,13 @@ class Wakeup:
         os.close(self.write_fd)
 
 
+def process_status(pid: int | str) -> dict[str, str]:
+    """The fields of /proc/PID/status ("self": this process's), each value
+    without the blanks around it. OSError when it cannot be read."""
+    fields = (line.partition(":") for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    return {key: value.strip() for key, _, value in fields}
+
+
 def interpreter_here(agent_path: Sequence[str]) -> dict[str, Any]:
     """What a launch says of the interpreter its agent would run: the binary
     itself (a venv's python and python3 are one interpreter; its sys.path,
@@ -237,15 +244,15 @@ class Identity:
     import_env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, pid: int | str, interpreter: Mapping[str, Any],
-           environ: Mapping[str, str]) -> Identity:  # fmt: skip
+    def of(cls, pid: int | str, interpreter: Mapping[str, Any], environ: Mapping[str, str],
+           status: Mapping[str, str] | None = None) -> Identity:  # fmt: skip
         """Process `pid`'s ("self": this one), running `interpreter` with
-        `environ`. OSError when its /proc/PID/status cannot be read; a link
-        or file of it that cannot be read counts as empty, which no process
-        that can read its own has."""
+        `environ`; `status` its process_status where it was read already.
+        OSError when that cannot be read; a link or file of it that cannot
+        be read counts as empty, which no process that can read its own
+        has."""
         proc = f"/proc/{pid}"
-        status = dict(line.partition(":")[::2] for line in
-                      Path(proc, "status").read_text().splitlines())  # fmt: skip
+        status = process_status(pid) if status is None else status
         return cls(
             python=interpreter["python"], version=interpreter["version"],
             sys_path=list(interpreter["sys_path"]),
@@ -254,7 +261,7 @@ class Identity:
             groups=sorted(int(g) for g in status.get("Groups", "").split()),
             root=_link(f"{proc}/root"), cgroup=_read(f"{proc}/cgroup"),
             namespaces={ns: _link(f"{proc}/ns/{ns}") for ns in NAMESPACES},
-            privileges={k: status[k].strip() for k in STATUS_FIELDS if k in status},
+            privileges={k: status[k] for k in STATUS_FIELDS if k in status},
             security=_read(f"{proc}/attr/current"),
             import_env={k: v for k, v in environ.items() if import_time(k)},
         )  # fmt: skip

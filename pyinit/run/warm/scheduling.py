@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 
 from pyinit import _native
+from pyinit.run.warm import protocol
 
 CAP_SYS_NICE, CAP_SYS_RESOURCE = 23, 24
 # The policies a process without privileges may be moved to from the normal one.
@@ -41,10 +42,7 @@ def of(pid: int) -> dict[str, int]:
 
 
 def _capable(bit: int) -> bool:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("CapEff:"):
-            return bool(int(line.split()[1], 16) >> bit & 1)
-    return False
+    return bool(int(protocol.process_status("self").get("CapEff", "0"), 16) >> bit & 1)
 
 
 def refusal(theirs: dict[str, int], mine: dict[str, int]) -> str:
