@@ -111,6 +111,20 @@ def test_operations_without_a_path_leave_filename_empty():
     assert raised.value.strerror == "open: No such file or directory"
 
 
+def test_an_io_priority_of_no_process_names_it_and_a_negative_pid_is_refused():
+    from pyinit import _native
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # reaped: its pid names no process (until the kernel hands it out again)
+    with pytest.raises(ProcessLookupError) as raised:
+        _native.io_priority(child.pid)
+    assert raised.value.filename == f"/proc/{child.pid}"
+    assert raised.value.strerror == "ioprio_get: No such process"
+    with pytest.raises(ValueError, match=r"pid must be 0 \(this process\) or a process's id"):
+        _native.io_priority(-1)
+    assert _native.io_priority(0) == _native.io_priority(os.getpid())
+
+
 def test_bad_content_is_exit_2_naming_file_and_line(pyinit_bin, tmp_path):
     thresholds = tmp_path / "t.json"
     thresholds.write_text('{\n "gpu_util_low": }')

@@ -72,6 +72,7 @@ void bind_init(py::module_& m) {
   m.def(
       "io_priority",
       [](pid_t pid) {
+        if (pid < 0) throw py::value_error("pid must be 0 (this process) or a process's id");
         int priority = pod_init::io_priority(pid);
         if (priority < 0) {
           throw pod_init::SysError(-priority, "ioprio_get",
