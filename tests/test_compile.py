@@ -24,6 +24,8 @@ import os, signal, sys
 import torch, torch.distributed as dist
 dist.init_process_group("gloo")
 torch.manual_seed(0)
+# --one-graph: no DDP optimizer, so AOTAutograd's cache answers for the graph.
+torch._dynamo.config.optimize_ddp = "--one-graph" not in sys.argv
 net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16384),
                           torch.nn.GELU(), torch.nn.Linear(16384, 4))
 # --one-bucket: DDP's default buckets, so torch compiles one graph, not one per bucket.
@@ -68,9 +70,15 @@ def test_the_compile_is_phases_and_a_restart_finds_inductors_cache(tmp_path):
             assert "compile: pattern set-up" not in mine
     # The agent imported the compile set once the first compile began, so the
     # restarted workers were forked with it (the first, cold, were not).
-    starts = {(e["attempt"], e["rank"]): e["compile_loaded"] for e in log
+    starts = {(e["attempt"], e["rank"]): e for e in log
               if e["event"] == "phase" and e["name"] == "worker start"}  # fmt: skip
-    assert starts == {(0, 0): False, (0, 1): False, (1, 0): True, (1, 1): True}
+    loaded = {key: start["compile_loaded"] for key, start in starts.items()}
+    assert loaded == {(0, 0): False, (0, 1): False, (1, 0): True, (1, 1): True}
+    # The device each rank's first step compiled past AOTAutograd's cache on,
+    # found by its restart through the agent's memory (for a GPU, the patterns'
+    # thread starts from it).
+    noted = {key: start["last_compiled_on"] for key, start in starts.items()}
+    assert noted == {(0, 0): None, (0, 1): None, (1, 0): "cpu", (1, 1): "cpu"}
     summaries = {(e["attempt"], e["rank"]): e for e in log
                  if e["event"] == "compile summary" and e["at"] == "first step"}  # fmt: skip
     assert set(summaries) == {(0, 0), (0, 1), (1, 0), (1, 1)}
@@ -86,8 +94,6 @@ def test_the_compile_is_phases_and_a_restart_finds_inductors_cache(tmp_path):
         # will not cache the pieces: the timeline names them.
         assert again["aot_cache_bypasses"] >= 1
         assert first["pattern_setups"] == again["pattern_setups"] == 1
-        # The device each rank compiled for, for a GPU job's restart.
-        assert (run_dir / "status" / f"compile-device-{rank}").read_text() == "cpu"
     timeline = subprocess.run([PYINIT, "timeline", str(run_dir)], capture_output=True, text=True,
                               timeout=60)  # fmt: skip
     assert timeline.returncode == 0, timeline.stderr
@@ -96,6 +102,97 @@ def test_the_compile_is_phases_and_a_restart_finds_inductors_cache(tmp_path):
     assert "graphs past AOTAutograd's cache (traced at every start)" in timeline.stdout
     restart = next(x for x in timeline.stdout.splitlines() if x.startswith("restart 1:"))
     assert "inductor" in restart and "dynamo" in restart
+
+
+def last_compiled_on(run_dir: Path) -> dict[int, str | None]:
+    """Per rank, the device its start found noted for its command."""
+    return {e["rank"]: e["last_compiled_on"] for e in events(run_dir)
+            if e["event"] == "phase" and e["name"] == "worker start"}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_next_warm_launch_of_a_compiled_job_knows_where_it_compiled(tmp_path):
+    """What a warm launch's workers compiled past AOTAutograd's cache on is
+    found by the next launch of the same command from the same warm
+    interpreter (a GPU's patterns then set up beside its start), not by
+    another command's, and a command that compiles no such graph leaves
+    another's note alone."""
+    script = tmp_path / "compiled.py"
+    script.write_text(COMPILED)
+    folder = tmp_path / "warm"
+    folder.mkdir(mode=0o700)
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+               PYINIT_WARM_DIR=str(folder), PYINIT_WARM="auto")  # fmt: skip
+    started = subprocess.run([PYINIT, "warm", "start"], env=env, capture_output=True, text=True,
+                             timeout=120)  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    try:
+        found = []
+        for name, extra in (("first", ()), ("again", ()), ("one-graph", ("--one-graph",)),
+                            ("third", ())):  # fmt: skip
+            run_dir = tmp_path / name
+            result = subprocess.run([PYINIT, "run", "--nproc-per-node", "2", "--run-dir",
+                                     str(run_dir), "--", str(script), *extra], env=env,
+                                    capture_output=True, text=True, timeout=600)  # fmt: skip
+            assert result.returncode == 0, result.stderr[-3000:]
+            assert next(e for e in events(run_dir) if e["event"] == "warm")["used"] is True
+            found.append(last_compiled_on(run_dir))
+        assert found == [{0: None, 1: None}, {0: "cpu", 1: "cpu"}, {0: None, 1: None},
+                         {0: "cpu", 1: "cpu"}]  # fmt: skip
+        assert not first_step_summary(tmp_path / "one-graph").get("aot_cache_bypasses")
+    finally:
+        subprocess.run([PYINIT, "warm", "stop"], env=env, capture_output=True, timeout=60)
+
+
+NOTES = """
+import os
+from pyinit.run import compile_notes as notes
+key = notes.command_key("script", "train.py", ["--lr", "1"])
+assert key == notes.command_key("script", "./train.py", ["--lr", "1"])
+assert key != notes.command_key("script", "train.py", ["--lr", "1"], {"CUDA_VISIBLE_DEVICES": "1"})
+# Two other commands: one noted in another slot than key's local rank 1, one in the same.
+others = (notes.command_key("script", "train.py", ["--lr", str(n)]) for n in range(2, 10000))
+slot = lambda k: notes._slot(k, 1)[0]
+notes.share()
+apart = next(k for k in others if slot(k) != slot(key))
+clash = next(k for k in others if slot(k) == slot(key))
+notes.remember_device(key, 0, "cuda:0")
+def child(*steps):
+    pid = os.fork()
+    if pid == 0:
+        for step in steps:
+            step()
+        os._exit(0)
+    os.waitpid(pid, 0)
+child(notes.note, lambda: notes.remember_device(key, 1, "cuda:1"),
+      lambda: notes.remember_device(apart, 1, "cuda:2"))
+assert notes.seen() and notes.remembered_device(key, 1) == "cuda:1"
+assert notes.remembered_device(apart, 1) == "cuda:2" and notes.remembered_device(key, 0) == "cuda:0"
+assert notes.remembered_device(apart, 0) is None
+child(lambda: notes.remember_device(clash, 1, None))  # another's forgetting: kept
+assert notes.remembered_device(key, 1) == "cuda:1"
+child(lambda: notes.remember_device(clash, 1, "cuda:" + "7" * 40))  # the last one takes the slot
+assert notes.remembered_device(key, 1) is None
+assert notes.remembered_device(clash, 1) == "cuda:" + "7" * 27
+child(lambda: notes.remember_device(apart, 1, None))
+assert notes.remembered_device(apart, 1) is None and notes.remembered_device(clash, 1)
+print("ok")
+"""
+
+
+def test_notes_of_forked_workers_reach_the_process_they_were_forked_from(tmp_path):
+    """compile_notes: what a forked child notes, its parent finds, per
+    command and local rank; a process that shares no page notes nothing."""
+    unshared = ("from pyinit.run import compile_notes as n\nk = n.command_key('script', 'a', [])\n"
+                "n.note(); n.remember_device(k, 0, 'cuda:0')\n"
+                "assert not n.seen() and n.remembered_device(k, 0) is None")  # fmt: skip
+    alone = subprocess.run([sys.executable, "-c", unshared], capture_output=True, text=True,
+                           timeout=120)  # fmt: skip
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    os.mkdir(tmp_path / "job")
+    result = subprocess.run([sys.executable, "-c", NOTES], cwd=tmp_path / "job",
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 0 and result.stdout == "ok\n", result.stderr[-3000:]
 
 
 def two_nodes(tmp_path: Path, job: str, caches: list[Path], port: int) -> list[Path]:

@@ -29,7 +29,7 @@ from typing import Any
 
 from pyinit import bytecode
 from pyinit.jsonfile import write_json
-from pyinit.run import group
+from pyinit.run import compile_notes, group
 from pyinit.run.preload import (
     PreloadError,
     collector_paused,
@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None, started: float | None = None) -> None:
                 preload_compile_for_restarts(Path(folder, "status"))
         if preloads:
             forked_workers_end_as_processes()
+            compile_notes.share()  # a restarted worker finds what the last one compiled on
         imported = boottime()
         try:
             new = import_all(preloads)

@@ -1,22 +1,24 @@
-"""Inductor's pattern matcher set up in a restarted worker while the worker
-waits for its GPU, not inside its first compile.
+"""Inductor's pattern matcher set up while a worker waits for its GPU, not
+inside its first compile, where the same command on this node compiled for
+that GPU before.
 
 A compile that AOTAutograd's cache passes over (DDP around a compiled model
 of more than one bucket: torch traces those graphs at every start) traces
 inductor's replacement patterns first, once per process (``lazy_init`` of
 ``joint_graph`` and ``post_grad``: padded matmuls, attention, index
-patterns), with fake tensors on the graph's device: 0.3-0.4 s of a restarted
-compiled worker's first step on an H200 host. It cannot be done before the
-fork: a fake CUDA tensor initialises CUDA (torch makes a real one first),
-and a CUDA context does not survive a fork. So a restarted worker of a job
-whose last attempt had such graphs does it in a thread, for the GPU that
-attempt compiled on (written down at its first step), from CUDA's
-initialisation on: it runs while the main thread waits, GIL released, for
-NCCL's set-up, the device and its peers. torch keeps the patterns per
-process and device (a cache on ``lazy_init``'s argument), so the compile
-finds them. A CPU job has no such wait to fill: on the 2-core VM the thread
-only took the CPU from the main thread (a restart 2.74-3.00 s with it,
-2.57-2.78 s without), so the CPU's patterns stay inside the compile.
+patterns), with fake tensors on the graph's device: 0.3-0.4 s of a compiled
+worker's first step on an H200 host. It cannot be done before the fork: a
+fake CUDA tensor initialises CUDA (torch makes a real one first), and a CUDA
+context does not survive a fork. So a worker whose command's last start here
+went past the cache on a GPU (``pyinit.run.compile_notes``: a restart from
+the same agent, the next launch from the same warm interpreter) does it in a
+thread, for that GPU, from CUDA's initialisation on: it runs while the main
+thread waits, GIL released, for NCCL's set-up, the device and its peers.
+torch keeps the patterns per process and device (a cache on ``lazy_init``'s
+argument), so the compile finds them. A CPU job has no such wait to fill: on
+the 2-core VM the thread only took the CPU from the main thread (a restart
+2.74-3.00 s with it, 2.57-2.78 s without), so the CPU's patterns stay inside
+the compile.
 
 The thread never runs beside a compile or a fork: the first module call,
 the first compile and every ``os.fork`` wait for it first. Tracing the
@@ -27,13 +29,11 @@ the thread held.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import os
 import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from pyinit.runlog.events import boottime
@@ -45,28 +45,11 @@ PHASE = "compile: pattern set-up"
 NEEDS = ("torch._inductor.fx_passes.joint_graph", "torch._inductor.fx_passes.post_grad")
 
 
-def device_path(status_dir: Path, local_rank: int) -> Path:
-    """Where a worker writes the device it compiled for, for its restart."""
-    return status_dir / f"compile-device-{local_rank}"
-
-
-def record_device(status_dir: Path, local_rank: int, optimizer: Any) -> None:
+def optimizer_device(optimizer: Any) -> str | None:
     """The one device that `optimizer`'s parameters live on (the compiled
-    graph's, whose inputs they are), for this local rank's restart; nothing
-    when they are spread over several."""
+    graph's, whose inputs they are); None when they are spread over several."""
     devices = {str(p.device) for group in optimizer.param_groups for p in group["params"]}
-    if len(devices) != 1:
-        return
-    with contextlib.suppress(OSError):  # a full disk: the restart's compile sets them up
-        device_path(status_dir, local_rank).write_text(devices.pop())
-
-
-def recorded_device(status_dir: Path, local_rank: int) -> str | None:
-    try:
-        text = device_path(status_dir, local_rank).read_text().strip()
-    except OSError:
-        return None
-    return text or None
+    return devices.pop() if len(devices) == 1 else None
 
 
 def imported(name: str) -> bool:

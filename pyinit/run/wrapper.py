@@ -44,7 +44,7 @@ from pyinit.jsonfile import write_json
 from pyinit.phases import install as install_phases
 from pyinit.phases import phase
 from pyinit.process_end import flush_stdio
-from pyinit.run import compiled_flag, fresh_interpreter, group
+from pyinit.run import compile_notes, fresh_interpreter, group
 from pyinit.run.agent import COMPILED_MARK, TERMINAL_FD_ENV, log_handlers_to
 from pyinit.run.compiles import (
     COMPILE_CACHE_ENV,
@@ -52,7 +52,7 @@ from pyinit.run.compiles import (
     load_portable,
     once_dynamo_is_imported,
 )
-from pyinit.run.pattern_setup import PatternSetup, record_device, recorded_device
+from pyinit.run.pattern_setup import PatternSetup, optimizer_device
 from pyinit.run.preload import COMPILE_PRELOADS, threads_as_asked
 from pyinit.run.store import FD_ENV as STORE_FD_ENV
 from pyinit.runlog.appender import Appender
@@ -138,7 +138,8 @@ class Marks:
     as they end, and its progress, counted for the stall watch."""
 
     def __init__(self, log: EventLog | None, progress: ProgressWriter, steps: StepLog | None,
-                 status_dir: Path | None = None, compile_cache: Path | None = None):  # fmt: skip
+                 status_dir: Path | None = None, compile_cache: Path | None = None,
+                 command: bytes = b""):  # fmt: skip
         self.log = log
         self.progress = progress  # counts the steps: the stall watch's and the timeline's
         self.steps = steps  # the report's record of each step
@@ -147,9 +148,9 @@ class Marks:
         self.step_began = 0.0  # when the first forward began
         self.optimizer_began = 0.0  # when the first optimizer step began
         self.destroyed_groups: list[Any] = []  # see keep_destroyed_groups
-        self.status_dir = status_dir
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        # A restart of a compiled job: inductor's patterns, set up beside start-up.
+        self.command = command  # compile_notes.command_key of what this worker runs
+        # The same compiled job started again: inductor's patterns, set up beside start-up.
         self.pattern_setup: PatternSetup | None = None
         # The agent's sign to import the compile set (preload_compile_for_restarts).
         compiled = status_dir / COMPILED_MARK if status_dir else None
@@ -157,21 +158,21 @@ class Marks:
         def first_compile() -> None:
             self.wait_for_patterns()
             _touch(compiled)
-            compiled_flag.note()
+            compile_notes.note()
 
         self.compiles = CompileMarks(self.log_phase, self.log_event,
                                      on_first_compile=first_compile,
                                      save_to=compile_cache)  # fmt: skip
 
-    def set_up_patterns(self, attempt: int) -> None:
-        """After a restart of a job whose last attempt compiled for a GPU,
-        inductor's patterns for that GPU in a thread once CUDA is initialised
-        (pyinit.run.pattern_setup)."""
-        if attempt == 0 or self.status_dir is None:
-            return
-        device = recorded_device(self.status_dir, self.local_rank)
+    def set_up_patterns(self) -> str | None:
+        """Where this command's last start on this node compiled past
+        AOTAutograd's cache on a GPU, inductor's patterns for that GPU in a
+        thread once CUDA is initialised (pyinit.run.pattern_setup); the
+        device noted, if any."""
+        device = compile_notes.remembered_device(self.command, self.local_rank)
         if device is not None and device.startswith("cuda"):
             self.pattern_setup = PatternSetup(device, self.log_phase)
+        return device
 
     def wait_for_patterns(self) -> None:
         if self.pattern_setup is not None:
@@ -255,8 +256,8 @@ class Marks:
                 self.phase("first step", began, self.first_step)
                 compiled = self.compiles.summary("first step")
                 # Graphs past AOTAutograd's cache go through the patterns at every start.
-                if compiled.get("aot_cache_bypasses") and self.status_dir is not None:
-                    record_device(self.status_dir, self.local_rank, optimizer)
+                device = optimizer_device(optimizer) if compiled.get("aot_cache_bypasses") else None
+                compile_notes.remember_device(self.command, self.local_rank, device)
 
         register_optimizer_step_post_hook(after_step)
 
@@ -470,11 +471,13 @@ def main() -> None:
             steps = StepLog(steps_path(log.path.parent, rank), attempt, log)
             install_phases(steps)
         cache = Path(os.environ[COMPILE_CACHE_ENV]) if os.environ.get(COMPILE_CACHE_ENV) else None
-        marks = Marks(log, progress, steps, Path(status_dir), cache if rank == 0 else None)
+        marks = Marks(log, progress, steps, Path(status_dir), cache if rank == 0 else None,
+                      compile_notes.command_key(kind, name, args))  # fmt: skip
+        last_compiled_on = marks.set_up_patterns()
         marks.phase("worker start", process_start(), entered, torch_loaded="torch" in sys.modules,
-                    compile_loaded=COMPILE_PRELOADS[0] in sys.modules)  # fmt: skip
+                    compile_loaded=COMPILE_PRELOADS[0] in sys.modules,
+                    last_compiled_on=last_compiled_on)  # fmt: skip
         marks.instrument_torch()
-        marks.set_up_patterns(attempt)
         if cache is not None:
             load_portable(cache, marks.log_event)
     code = None  # the script's exit status once its end has been recorded

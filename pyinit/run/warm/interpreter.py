@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyinit import _native, bytecode
-from pyinit.run import compiled_flag
+from pyinit.run import compile_notes
 from pyinit.run.agent import AGENT_ENV_DEFAULTS
 from pyinit.run.preload import (
     COMPILE_PRELOAD_STEPS,
@@ -67,8 +67,7 @@ class Warm:
         self.deferred = list(COMPILE_PRELOAD_STEPS) if defer_compile or until_compiled else []
         # A run's own interpreter begins them only once a worker has compiled.
         self.until_compiled = until_compiled
-        if until_compiled:
-            compiled_flag.share()
+        compile_notes.share()  # what its workers say of their compiles
         self.idle_timeout = idle_timeout
         self.started = time.time()
         self.launches = 0
@@ -108,7 +107,7 @@ class Warm:
     def compile_set_wanted(self) -> bool:
         """Whether the deferred compile set may be imported now: at once,
         unless this interpreter waits for a worker it forked to compile first."""
-        return not self.until_compiled or compiled_flag.seen()
+        return not self.until_compiled or compile_notes.seen()
 
     def begin_import(self) -> None:
         """The next deferred preload imported in a thread (``deferred``),

@@ -44,7 +44,7 @@ from pyinit.run.warm.interpreter import Spare, Warm, say
 from pyinit.run.warm.keeper import WAITED, keep, reaped
 
 # How often the loop looks for a worker's first compile while a launch runs,
-# when it waits for one before importing the compile set (pyinit.run.compiled_flag).
+# when it waits for one before importing the compile set (pyinit.run.compile_notes).
 COMPILE_SEEN_POLL_S = 0.25
 
 
