@@ -5,23 +5,44 @@ does, and then exits 128+N without its traceback of the signal.
 
 The command that started it stops it with TERM (pyinit.termination), and
 torchrun's own answer, passing the signal on to workers it started in
-sessions of their own, is the only way those workers end with it.
+sessions of their own, is how those workers end with it. torchrun does not
+answer for workers it is still starting: a signal that comes while it
+spawns them (between one worker's start and its handle's keeping) leaves
+them running, out of reach of its session and ours, stuck in the
+rendezvous until its timeout, and holding the command's output open. So
+each worker also ends when this process does (:func:`worker_ends_with_it`).
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+
+AGENT_PID_ENV = "PYINIT_TORCHRUN_PID"  # this process, for the workers it starts
 
 
 def main(argv: list[str]) -> int:
     from torch.distributed import run
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
+    os.environ[AGENT_PID_ENV] = str(os.getpid())
     try:
         run.main(argv)
     except SignalException as stopped:  # its workers are stopped; torchrun has said so
         return 128 + int(stopped.sigval)
     return 0
+
+
+def worker_ends_with_it() -> None:
+    """Called first by a worker that pyinit.torchrun started: it is KILLed
+    when that torchrun ends, however it ends (at once where it has ended
+    already)."""
+    agent = os.environ.pop(AGENT_PID_ENV, "")
+    if agent.isdigit():
+        from pyinit import _native
+
+        _native.die_with_parent(signal.SIGKILL, int(agent))
 
 
 def command(argv: list[str]) -> list[str]:

@@ -270,6 +270,7 @@ def measure(
 
 
 def worker(argv: list[str] | None = None) -> int:
+    torchrun.worker_ends_with_it()  # never outlives the torchrun that started it
     parser = argparse.ArgumentParser(prog="python -m pyinit.bench.collectives")
     parser.add_argument("collective", choices=sorted(BY_NAME))
     parser.add_argument("--sizes", default="1G", help="comma-separated: 8,64K,1G")

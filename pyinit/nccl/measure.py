@@ -186,6 +186,7 @@ def measure_stage(bench: Bench, plugin: Plugin, groups: dict[int, Any], timings:
 
 
 def worker(argv: list[str] | None = None) -> int:
+    torchrun.worker_ends_with_it()  # never outlives the torchrun that started it
     parser = argparse.ArgumentParser(prog="python -m pyinit.nccl.measure")
     parser.add_argument("--collectives", default="allreduce")
     parser.add_argument("--min-bytes", type=argtypes.size(), default=64 << 10)
