@@ -442,7 +442,7 @@ def kill_9_leaves_nothing(proc: subprocess.Popen) -> None:
     while alive and time.monotonic() < deadline:
         time.sleep(0.2)
         alive = {p for p in alive if Path(f"/proc/{p}").exists() and not zombie(p)}
-    assert not alive, f"still running after kill -9 of pyinit run: {alive}"
+    assert not alive, f"still running after kill -9 of {' '.join(map(str, proc.args[:3]))}: {alive}"
 
 
 def zombie(pid: int) -> bool:

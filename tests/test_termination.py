@@ -6,6 +6,9 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
+
+from test_hostile import children_of, kill_9_leaves_nothing
 
 HELD = """
 import os, signal
@@ -49,35 +52,14 @@ def test_a_torchrun_worker_never_outlives_its_agent(tmp_path):
     of a signal to its process group; a torchrun that ends without stopping
     them (KILLed here; in one CI run, a TERM that came while it started
     them) takes them with it, instead of leaving them in the rendezvous."""
-    import time
-    from pathlib import Path
-
     command = [sys.executable, "-m", "pyinit.torchrun", "--standalone", "--nproc-per-node", "2",
                "--log-dir", str(tmp_path / "logs"), "--no-python", sys.executable, "-P", "-m",
                "pyinit.bench.collectives", "all_reduce", "--sizes", "4K", "--iterations",
                "1000000000", "--warmup", "1", "--rounds", "1",
                "--out", str(tmp_path / "rows")]  # fmt: skip
     agent = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    children = Path(f"/proc/{agent.pid}/task/{agent.pid}/children")
     deadline = time.monotonic() + 120
-    workers: list[int] = []
-    while len(workers) < 2:
+    while len(children_of(agent.pid)) < 2:
         assert agent.poll() is None and time.monotonic() < deadline, "the workers never started"
-        workers = [int(pid) for pid in children.read_text().split()]
         time.sleep(0.05)
-    agent.kill()
-    agent.wait()
-    deadline = time.monotonic() + 60
-
-    def running(pid: int) -> bool:
-        try:
-            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-        except OSError:
-            return False
-
-    while any(running(pid) for pid in workers) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    left = [pid for pid in workers if running(pid)]
-    for pid in left:  # the old way: left running; ended here so the suite goes on
-        subprocess.run(["kill", "-9", str(pid)], check=False)
-    assert not left, f"workers {left} outlived their torchrun"
+    kill_9_leaves_nothing(agent)
