@@ -139,7 +139,7 @@ class Marks:
 
     def __init__(self, log: EventLog | None, progress: ProgressWriter, steps: StepLog | None,
                  status_dir: Path | None = None, compile_cache: Path | None = None,
-                 command: bytes = b""):  # fmt: skip
+                 command: bytes = compile_notes.NO_KEY):  # fmt: skip
         self.log = log
         self.progress = progress  # counts the steps: the stall watch's and the timeline's
         self.steps = steps  # the report's record of each step
