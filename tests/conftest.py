@@ -35,6 +35,20 @@ LONGEST_FILES = ("test_boot.py", "test_compile.py", "test_warm.py", "test_slurm.
                  "test_report.py", "test_checkpoint.py")  # fmt: skip
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The tests start Pythons of their own in the checkout (`python -c`,
+    `-m pyinit...`), which import the checkout's `pyinit/` before any installed
+    copy: with a copy installed (`pip install .`), those find no native module."""
+    import pyinit
+
+    checkout = Path(__file__).resolve().parent.parent / "pyinit"
+    if Path(pyinit.__file__).resolve().parent != checkout:
+        raise pytest.UsageError(
+            f"pyinit is imported from {Path(pyinit.__file__).parent}, not this checkout's "
+            f"{checkout}: the tests need it installed editable (pip install -e .)"
+        )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> int:
         name = item.path.name
