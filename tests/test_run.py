@@ -543,6 +543,109 @@ def test_a_killed_node_ends_the_others_and_is_named(node_runs, three_namespaces,
     assert progress.exists()
 
 
+# Joins the group, then never calls a collective: a rank busy on its own, or one in
+# an NCCL collective, which waits for a dead peer for NCCL's whole timeout.
+WAITS_ALONE = """\
+import time
+import torch.distributed as dist
+dist.init_process_group("gloo")
+print("joined", flush=True)
+while True:
+    time.sleep(0.1)
+"""
+
+
+@pytest.mark.root
+def test_a_killed_node_ends_ranks_that_never_hear_of_it(pyinit_bin, three_namespaces, tmp_path):
+    """Ranks outside any collective never learn from torch that a node
+    went away: the launcher's own watch of the other nodes ends them."""
+    from pyinit.run.liveness import LOST_AFTER_S
+
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("\n".join(NODES) + "\n")
+    script = tmp_path / "waits_alone.py"
+    script.write_text(WAITS_ALONE)
+    procs = []
+    for ns in three_namespaces:
+        command = ["ip", "netns", "exec", ns, pyinit_bin, "run", "--hostfile", hostfile,
+                   "--nproc-per-node", "1", "--master-port", "29611", "--monitor-interval", "0",
+                   "--run-dir", tmp_path / ns, "--", script]  # fmt: skip
+        procs.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, start_new_session=True))  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while procs[0].stdout.readline() != "joined\n":
+            assert time.monotonic() < deadline and procs[0].poll() is None, "no rank joined"
+        pids = subprocess.run(["ip", "netns", "pids", three_namespaces[2]], capture_output=True,
+                              text=True, check=True).stdout.split()  # fmt: skip
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+        killed = time.monotonic()
+        outputs = ended(procs[:2], 120)
+        # The watch's wait, torchrun's end of its workers, the linger: well under
+        # torch's own timeouts (30 minutes for gloo, 10 for NCCL).
+        assert time.monotonic() - killed < LOST_AFTER_S + 60
+        for proc, (_, err), ns in zip(procs[:2], outputs, three_namespaces, strict=False):
+            assert proc.returncode == 1, err[-3000:]
+            assert f"pyinit run: node 2 ({NODES[2]}) has not answered for" in err, err[-3000:]
+            assert "failed first" not in err, err[-3000:]
+            log = events(tmp_path / ns)
+            lost = [e for e in log if e["event"] == "node lost"]
+            assert [(e["rank"], e["address"]) for e in lost] == [(2, NODES[2])], log
+            assert lost[0]["silent_s"] >= LOST_AFTER_S
+            assert log[-1]["unreachable_nodes"] == [{"rank": 2, "address": NODES[2]}]
+    finally:
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=30)
+
+
+def test_a_node_is_gone_once_silent_after_the_workers_started_unless_it_ended_well(monkeypatch):
+    """The watch over the other nodes' liveness ports (127.0.0.2 to .4 as
+    three more nodes): one silent before this node's workers started is not
+    gone yet (it may be started again before --join-timeout); once they
+    have, each silent one is handed on once, unless it said its run ended
+    well (rank 0 may still be saving when the others are done)."""
+    from pyinit.run import liveness
+
+    monkeypatch.setattr(liveness, "PEER_POLL_S", 0.1)
+    monkeypatch.setattr(liveness, "LOST_AFTER_S", 1.0)
+    addresses = ["127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4"]
+    own = liveness.Liveness(addresses[0], 0)
+    own.port = port = own._sock.getsockname()[1]
+    peers = [liveness.Liveness(address, port) for address in addresses[1:]]
+    lost: list[tuple[int, float]] = []
+    try:
+        for peer in peers:
+            peer.start()
+        own.watch_peers(addresses, 0, None, lambda rank, silent_s: lost.append((rank, silent_s)))
+        deadline = time.monotonic() + 30
+        while len(own._answered_at) < 3:
+            assert time.monotonic() < deadline, "the other nodes did not answer"
+            time.sleep(0.05)
+        peers[2].close()
+        time.sleep(2.0)
+        assert lost == []  # this node's workers have not started
+        own.workers_started()
+        began = time.monotonic()
+        peers[0].end_well(1, 30.0)
+        assert time.monotonic() - began < 10  # it waited for one ask, not its limit
+        peers[0].close()
+        peers[1].close()
+        while len(lost) < 2:
+            assert time.monotonic() < deadline, f"found gone: {lost}"
+            time.sleep(0.05)
+        time.sleep(1.5)  # the watch goes on: nothing more is handed on
+        assert sorted(rank for rank, _ in lost) == [2, 3], lost
+        assert all(silent_s >= 1.0 for _, silent_s in lost)
+    finally:
+        own.close()
+        for peer in peers:
+            peer.close()
+
+
 @pytest.mark.root
 @pytest.mark.slow
 def test_eight_nodes_join_sum_and_name_a_killed_one(node_runs, eight_namespaces, tmp_path, shards):

@@ -145,6 +145,7 @@ class Outcome:
     joins: JoinWatch | None  # several nodes: who has joined
     warm_ended: str = ""  # the warm interpreter that ran the agent went away first: why
     join_expired: bool = False  # this node's agent was ended for not joining in time
+    peer_lost: bool = False  # this node's workers were ended for a node that went away
 
 
 def run(config: RunConfig, nvml_backend: Any = None, out: IO[str] = sys.stderr) -> int:
@@ -302,9 +303,11 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
             liveness.start()
         _native.become_subreaper()  # workers torchrun leaves behind re-parent here
         forwarded: list[int] = []
-        # This node's agent never reached the rendezvous in time: ended with the
-        # TERM a stop would send, which this process sends itself (not a forwarded one).
-        join_expired = own_term_due = False
+        # This node's agent never reached the rendezvous in time, or another node went
+        # away: ended with the TERM a stop would send, which this process sends itself
+        # (not a forwarded one).
+        join_expired = peer_lost = own_term_due = False
+        lost: list[tuple[int, float]] = []  # nodes gone, from the peer watch's thread
 
         def on_signal(sig: int) -> None:
             nonlocal own_term_due
@@ -319,8 +322,10 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
         stalls = StallWatch(plan.status_dir, plan.folder, config.stall_timeout, nodes.rank, log,
                             out, plan.env,
                             announce=liveness.report_stall if liveness else None)  # fmt: skip
-        if liveness is not None and config.stall_timeout > 0:
-            liveness.watch_peers(nodes.addresses, nodes.rank, stalls.peer_stall)
+        if liveness is not None:
+            liveness.watch_peers(nodes.addresses, nodes.rank,
+                                 stalls.peer_stall if config.stall_timeout > 0 else None,
+                                 lambda rank, silent_s: lost.append((rank, silent_s)))  # fmt: skip
         joins = None
         if liveness is not None:
 
@@ -332,17 +337,33 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
             liveness.joined = joins.has_joined
             joins.start()
 
+        def end_own_workers() -> None:
+            nonlocal own_term_due
+            own_term_due = True
+            # To this thread, which waits for it: sent to the process, the TERM may
+            # go to a thread that does not block it (one a library started before
+            # the mask), and its default action ends this process.
+            signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+
         def on_tick() -> None:
-            nonlocal join_expired, own_term_due
+            nonlocal join_expired, peer_lost
             restarts.check()
             stalls.check()
             if joins is not None and not join_expired and joins.overdue():
-                join_expired = own_term_due = True
+                join_expired = True
                 log.write("join timeout", seconds=config.join_timeout)
-                # To this thread, which waits for it: sent to the process, the TERM may
-                # go to a thread that does not block it (one a library started before
-                # the mask), and its default action ends this process.
-                signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+                end_own_workers()
+            if liveness is not None and (plan.status_dir / "attempt-0").exists():
+                liveness.workers_started()
+            if lost and not peer_lost and not forwarded:
+                # Its ranks are gone from every collective: this node's can only wait.
+                peer_lost = True
+                for rank, silent_s in lost:
+                    log.write("node lost", rank=rank, address=nodes.addresses[rank],
+                              silent_s=round(silent_s, 1))  # fmt: skip
+                    say(f"pyinit run: node {rank} ({nodes.addresses[rank]}) has not answered "
+                        f"for {silent_s:.0f} s: ending this node's workers", out)  # fmt: skip
+                end_own_workers()
 
         log.write("spawn", command=plan.command,
                   seconds_since_start=round(boottime() - plan.entered, 4))  # fmt: skip
@@ -378,7 +399,8 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
         survivors = _native.end_children()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    return Outcome(code, forwarded, survivors, stalls, joins, warm_ended, join_expired)
+    return Outcome(code, forwarded, survivors, stalls, joins, warm_ended, join_expired,
+                   peer_lost)  # fmt: skip
 
 
 def _relay(warm: client.WarmLaunch, forwarded: list[int], on_signal: Any, on_tick: Any,
@@ -475,8 +497,10 @@ def conclude(plan: Plan, outcome: Outcome, out: IO[str]) -> int:
     stalls, forwarded = outcome.stalls, outcome.forwarded
     failures = failure_records(plan.status_dir)
     status = _exit_status(outcome.code, forwarded, failures[0] if failures else None)
-    if outcome.join_expired and status != 0 and not forwarded:
-        status = EXIT_FAILURE  # as torchrun's rendezvous timeout on the nodes inside it
+    if (outcome.join_expired or outcome.peer_lost) and status != 0 and not forwarded:
+        # As torchrun's rendezvous timeout on the nodes inside it; and not 143, nor
+        # the first rank's, for workers this process ended.
+        status = EXIT_FAILURE
     if status != 0 and config.stall_timeout > 0 and liveness is not None:
         # A stalled node's workers were ended: ours may have failed on the broken
         # connection before the next poll. Its verdict is still being served.
@@ -488,7 +512,7 @@ def conclude(plan: Plan, outcome: Outcome, out: IO[str]) -> int:
     fields: dict[str, Any] = {"status": status, "torchrun_status": outcome.code,
                               "survivors_killed": outcome.survivors, "stalls": stalls.stalls,
                               "peer_stalls": stalls.peer_stalls, "failures": failures}  # fmt: skip
-    if failures and not forwarded and status not in (0, EXIT_STALLED):
+    if failures and not forwarded and status not in (0, EXIT_STALLED) and not outcome.peer_lost:
         first = failures[0]
         say(f"pyinit run: rank {first['rank']} failed first ({_how(first)})", out)
     hung = [r["rank"] for r in failures if _written(teardown_path(plan.status_dir, r["rank"]))]
@@ -513,12 +537,16 @@ def conclude(plan: Plan, outcome: Outcome, out: IO[str]) -> int:
     if outcome.warm_ended:
         fields["warm_ended"] = outcome.warm_ended
     log.write("end", **fields)
-    if liveness is not None and status != 0:
+    if liveness is not None and status == 0:
+        # Said before this node stops answering, or the others take it for gone.
+        liveness.end_well(nodes.count - 1, LIVENESS_LINGER_S)
+    elif liveness is not None:
         # The other nodes are checking who is gone right now: stay reachable a moment.
         time.sleep(LIVENESS_LINGER_S)
     details = plan.folder / AGENT_LOG
     if status != 0 and not failures and not forwarded and not fields.get("not_joined") and not (
-            stalls.stalls or stalls.peer_stalls) and not outcome.warm_ended:  # fmt: skip
+            stalls.stalls or stalls.peer_stalls) and not outcome.warm_ended and not (
+            outcome.peer_lost):  # fmt: skip
         # No worker failed: the agent did, before or between them; its last word says why.
         said = _last_line(details)
         if said:

@@ -1,7 +1,7 @@
 """The liveness port: a TCP port on each node of a multi-node run (the master
 port + 1) that answers while ``pyinit run`` lives, so the other nodes can
-tell which node went away when a run fails, and that serves this node's
-stall verdict, so every node names the rank that stalled."""
+tell which node went away, end their own workers when one has, and that
+serves this node's stall verdict, so every node names the rank that stalled."""
 
 from __future__ import annotations
 
@@ -16,11 +16,22 @@ from typing import Any
 
 from pyinit.jsonfile import parse_json
 
-PEER_POLL_S = 1.0  # how often a watched run asks the other nodes for a stall
+PEER_POLL_S = 1.0  # how often a run asks the other nodes how they are
+# How long one ask of the poll waits for a node's answer. A slow answer is a miss;
+# only LOST_AFTER_S of misses end anything.
+PEER_ASK_TIMEOUT_S = 1.0
+# A node that does not answer for this long once this node's workers have started
+# (every node had joined) is gone: its host died, or its pyinit run was killed, and
+# this node's ranks can only wait for its ranks in their next collective (NCCL's own
+# timeout is 10 minutes or more). Long enough for a launcher starved of CPU a while.
+LOST_AFTER_S = 10.0
 # How long one asker may hold the port: answers are sent one at a time, and one
 # that does not read (a stall verdict larger than its window) must not hold up the rest.
 ANSWER_TIMEOUT_S = 2.0
 JOINED = b"alive joined\n"  # the answer of a node whose agent has reached the rendezvous
+# The answer of a node whose run ended well, before it stops answering: its ranks are
+# done, and the others may still be at their own end (rank 0's last save).
+ENDED = b"ended\n"
 
 
 class Liveness:
@@ -38,8 +49,14 @@ class Liveness:
         # Whether this node's agent has reached the rendezvous (set by its JoinWatch):
         # `alive joined` then, so the node serving the store can name who has not.
         self.joined: Callable[[], bool] = lambda: False
+        self._ended = False  # this node's run ended well: it answers ENDED
+        self._ended_answers = 0  # how many asks it has answered so since
         self._stop = threading.Event()
         self._seen: dict[int, int] = {}  # the last stall number each node reported
+        self._answered_at: dict[int, float] = {}  # when each other node last answered
+        self._started_at: float | None = None  # when this node's workers were seen started
+        self._ended_peers: set[int] = set()  # the nodes that said their run ended well
+        self._lost: set[int] = set()  # the nodes found gone (each handed on once)
         family = socket.AF_INET6 if ":" in address else socket.AF_INET
         try:
             self._sock = socket.create_server((address, port), family=family, reuse_port=False)
@@ -61,7 +78,15 @@ class Liveness:
             # scan) or never reads ends its own answer, never the port.
             with conn, contextlib.suppress(OSError):
                 conn.settimeout(ANSWER_TIMEOUT_S)
-                conn.sendall(self.stall or (JOINED if self.joined() else b"alive\n"))
+                conn.sendall(self._answer())
+
+    def _answer(self) -> bytes:
+        if self.stall:
+            return self.stall
+        if self._ended:
+            self._ended_answers += 1
+            return ENDED
+        return JOINED if self.joined() else b"alive\n"
 
     def report_stall(self, verdict: dict[str, Any]) -> None:
         self.stall = b"stall " + json.dumps(verdict).encode() + b"\n"
@@ -82,24 +107,72 @@ class Liveness:
 
     def new_peer_stalls(self, addresses: Sequence[str], own_rank: int) -> list[dict[str, Any]]:
         """Each other node's stall verdict not seen before (asked once each)."""
-        found = []
-        for rank, line in self._ask_peers(addresses, own_rank, 0.5).items():
+        return self._take(self._ask_peers(addresses, own_rank, PEER_ASK_TIMEOUT_S))
+
+    def _take(self, answers: dict[int, bytes | None]) -> list[dict[str, Any]]:
+        """Notes who answered what; the stall verdicts not seen before."""
+        found, now = [], time.monotonic()
+        for rank, line in answers.items():
+            if line is None:
+                continue
+            self._answered_at[rank] = now
             verdict = stall_verdict(line)
+            if line == ENDED:
+                self._ended_peers.add(rank)
             if verdict is not None and verdict["count"] > self._seen.get(rank, 0):
                 self._seen[rank] = verdict["count"]
                 found.append(verdict)
         return found
 
+    def workers_started(self) -> None:
+        """This node's workers run: every node had joined. Before, a node
+        that is not there may still come (started again by hand before
+        --join-timeout), and only the join watch speaks of it."""
+        if self._started_at is None:
+            self._started_at = time.monotonic()
+
+    def _newly_lost(self, ranks: Sequence[int]) -> list[tuple[int, float]]:
+        """The nodes among `ranks` that have not answered for LOST_AFTER_S
+        since this node's workers started, and did not say their run ended
+        well, not handed on before; with how long each has been silent."""
+        since = self._started_at
+        if since is None:
+            return []
+        now, known, lost = time.monotonic(), self._ended_peers | self._lost, []
+        for rank in ranks:
+            heard = self._answered_at.get(rank, since)
+            if rank not in known and now - max(heard, since) >= LOST_AFTER_S:
+                lost.append((rank, now - heard))
+        self._lost.update(rank for rank, _ in lost)
+        return lost
+
     def watch_peers(self, addresses: Sequence[str], own_rank: int,
-                    on_stall: Callable[[dict[str, Any]], None]) -> None:  # fmt: skip
-        """Asks every other node once a second; hands on each new stall verdict."""
+                    on_stall: Callable[[dict[str, Any]], None] | None,
+                    on_lost: Callable[[int, float], None]) -> None:  # fmt: skip
+        """Asks every other node once a second: hands on each new stall
+        verdict (when on_stall is given) and each node found gone (its rank
+        and seconds of silence), once."""
+
+        others = [rank for rank in range(len(addresses)) if rank != own_rank]
 
         def poll() -> None:
             while not self._stop.wait(PEER_POLL_S):
                 for verdict in self.new_peer_stalls(addresses, own_rank):
-                    on_stall(verdict)
+                    if on_stall is not None:
+                        on_stall(verdict)
+                for rank, silent_s in self._newly_lost(others):
+                    on_lost(rank, silent_s)
 
         threading.Thread(target=poll, name="pyinit-peers", daemon=True).start()
+
+    def end_well(self, peers: int, limit_s: float) -> None:
+        """Answers ENDED from now on, and waits until as many asks as there
+        are other nodes have had that answer (each asks once a second), or
+        limit_s: a node that stops answering unannounced is gone to them."""
+        self._ended = True
+        deadline = time.monotonic() + limit_s
+        while self._ended_answers < peers and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def unreachable(self, addresses: Sequence[str], own_rank: int) -> list[int]:
         """The other nodes that do not answer within 2 s."""
@@ -167,7 +240,7 @@ class JoinWatch:
         for rank, line in self.liveness._ask_peers(self.addresses, self.rank, 2.0).items():
             if line is None:
                 silent.append(rank)
-            elif rank != 0 and line != JOINED and stall_verdict(line) is None:
+            elif rank != 0 and line not in (JOINED, ENDED) and stall_verdict(line) is None:
                 waiting.append(rank)
         if self.rank != 0 and not self.has_joined():
             waiting.append(self.rank)  # this node's own agent has not either
