@@ -213,6 +213,22 @@ def test_warm_cold_and_spawned_runs_give_identical_losses_and_threads(warm_env, 
     assert answer["preloads"] == ["torch", "torch._dynamo"]
 
 
+def test_a_run_that_ends_its_own_agent_does_not_say_it_forwarded_a_stop(warm_env, tmp_path):
+    """At --join-timeout (and for a node that went away) a run ends its
+    agent with a TERM of its own; through a warm interpreter it was said as a
+    stop forwarded from outside, after the line that says why."""
+    from test_launch_failures import missing_node_args
+
+    # Not the default port, which test_launch_failures' runs take beside this one.
+    result = subprocess.run([PYINIT, "run", "--monitor-interval", "0", "--master-port", "29631",
+                             *map(str, missing_node_args(tmp_path, 3))], env=warm_env,
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert warm_event(tmp_path / "run")["used"], result.stderr[-3000:]
+    assert "did not join within 3 s (--join-timeout)" in result.stderr
+    assert "forwarded" not in result.stderr, result.stderr[-3000:]
+
+
 def test_words_that_are_not_utf8_reach_the_script_as_python_gives_them(warm_env, tmp_path):
     """An argument or a variable that is not UTF-8 (a file name in another
     encoding) reaches the script's sys.argv and os.environ, cold and warm,

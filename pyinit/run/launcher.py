@@ -309,14 +309,16 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
         join_expired = peer_lost = own_term_due = False
         lost: list[tuple[int, float]] = []  # nodes gone, from the peer watch's thread
 
-        def on_signal(sig: int) -> None:
+        def on_signal(sig: int) -> bool:
+            """Whether `sig` came from outside (False: this process's own TERM)."""
             nonlocal own_term_due
             if sig == signal.SIGTERM and own_term_due:
                 own_term_due = False
-                return
+                return False
             if not forwarded:
                 log.write("signal", signal=signal.Signals(sig).name)
             forwarded.append(sig)
+            return True
 
         restarts = _RestartWatch(plan.status_dir, log)
         stalls = StallWatch(plan.status_dir, plan.folder, config.stall_timeout, nodes.rank, log,
@@ -412,7 +414,8 @@ def _relay(warm: client.WarmLaunch, forwarded: list[int], on_signal: Any, on_tic
         # The line pod-init says for a cold launch.
         name = signal.Signals(sig).name.removeprefix("SIG")
         escalates = sig in client.ESCALATING and not any(s in client.ESCALATING for s in forwarded)
-        on_signal(sig)
+        if not on_signal(sig):
+            return  # this process's own TERM: why was said where it was sent
         then = f"; KILL in {GUARD_GRACE_S:g} s if it has not ended" if escalates else ""
         say(f"pyinit run: forwarded {name} to torchrun's agent (pid {warm.agent_pid}){then}",
             out)  # fmt: skip
