@@ -355,7 +355,7 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
                 join_expired = True
                 log.write("join timeout", seconds=config.join_timeout)
                 end_own_workers()
-            if liveness is not None and (plan.status_dir / "attempt-0").exists():
+            if liveness is not None and restarts.attempts_seen:
                 liveness.workers_started()
             if lost and not peer_lost and not forwarded:
                 # Its ranks are gone from every collective: this node's can only wait.
@@ -656,10 +656,10 @@ class _RestartWatch:
     def __init__(self, status_dir: Path, log: EventLog):
         self._status_dir = status_dir
         self._log = log
-        self._attempts = 1
+        self.attempts_seen = 0  # attempts whose workers have started: 0 before the first
 
     def check(self) -> None:
         seen = len(list(self._status_dir.glob("attempt-*")))
-        for attempt in range(self._attempts, seen):
+        for attempt in range(max(self.attempts_seen, 1), seen):
             self._log.write("restart", attempt=attempt)
-        self._attempts = max(self._attempts, seen)
+        self.attempts_seen = max(self.attempts_seen, seen)
