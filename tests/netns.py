@@ -36,14 +36,22 @@ def add_nodes(tag: str, addresses: list[str], bridge_address: str | None = None)
     return names
 
 
+def kill_all(ns: str, check: bool = True) -> None:
+    """KILLs every process in namespace `ns` (a node's whole tree: torchrun
+    starts its workers in sessions of their own, so a process group is not
+    enough); with `check`, a namespace that cannot be listed is an error."""
+    pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, check=check)
+    for pid in pids.stdout.split():
+        # One that ended between the listing and the kill is gone as wanted.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
+
+
 def remove_nodes(tag: str, count: int) -> None:
     """KILLs whatever still runs in the namespaces, deletes them and the bridge.
     Never fails: a half-made set goes too."""
     for i in range(count):
         ns = f"{tag}n{i}"
-        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
-        for pid in pids.stdout.split():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid), signal.SIGKILL)
+        kill_all(ns, check=False)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
     subprocess.run(["ip", "link", "del", f"{tag}br"], capture_output=True)

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import netns
 import pytest
 from conftest import EXAMPLE, NODES, TINY, node_addresses
 from conftest import run_events as events
@@ -417,12 +418,17 @@ def test_bad_input_is_one_clear_line_and_exit_2(pyinit_bin, tmp_path, shards):
         assert len(lines) == 1 and message in lines[0], (args, result.stderr)
 
 
-def start_nodes(pyinit_bin, names, hostfile, tmp_path, steps, shards) -> list[subprocess.Popen]:
+def training(steps: int, shards: Path) -> list:
+    """The example's command line, for start_nodes."""
+    return [EXAMPLE, "--data", shards, "--steps", str(steps), *TINY]
+
+
+def start_nodes(pyinit_bin, names, hostfile, tmp_path, script: list) -> list[subprocess.Popen]:
     procs = []
     for ns in names:
         command = ["ip", "netns", "exec", ns, pyinit_bin, "run", "--hostfile", hostfile,
                    "--nproc-per-node", "1", "--master-port", "29611", "--run-dir", tmp_path / ns,
-                   "--", EXAMPLE, "--data", shards, "--steps", str(steps), *TINY]  # fmt: skip
+                   "--", *script]  # fmt: skip
         procs.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True, start_new_session=True))  # fmt: skip
     return procs
@@ -493,7 +499,7 @@ def last_words(proc: subprocess.Popen) -> str:
 def test_three_nodes_in_namespaces_train_together(node_runs, three_namespaces, tmp_path, shards):
     hostfile = tmp_path / "hosts"
     hostfile.write_text("\n".join(NODES) + "\n")
-    procs = node_runs(three_namespaces, hostfile, tmp_path, 15, shards)
+    procs = node_runs(three_namespaces, hostfile, tmp_path, training(15, shards))
     outputs = ended(procs, 300)
     for proc, (_, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err[-3000:]
@@ -517,7 +523,7 @@ def test_three_nodes_in_namespaces_train_together(node_runs, three_namespaces, t
 def test_a_killed_node_ends_the_others_and_is_named(node_runs, three_namespaces, tmp_path, shards):
     hostfile = tmp_path / "hosts"
     hostfile.write_text("\n".join(NODES) + "\n")
-    procs = node_runs(three_namespaces, hostfile, tmp_path, 100000, shards)
+    procs = node_runs(three_namespaces, hostfile, tmp_path, training(100000, shards))
     deadline = time.monotonic() + 180
     progress = tmp_path / three_namespaces[0] / "events.jsonl"
     # Wait until training runs: rank 0 prints steps.
@@ -525,14 +531,7 @@ def test_a_killed_node_ends_the_others_and_is_named(node_runs, three_namespaces,
     while "step " not in line:
         assert time.monotonic() < deadline, "training did not start"
         line = procs[0].stdout.readline()
-    # Node 2's whole process tree: torchrun starts its workers in sessions of
-    # their own, so a process group is not enough; everything in the namespace is.
-    pids = subprocess.run(["ip", "netns", "pids", three_namespaces[2]], capture_output=True,
-                          text=True, check=True).stdout.split()  # fmt: skip
-    for pid in pids:
-        # One that ended between the listing and the kill is gone as wanted.
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(int(pid), signal.SIGKILL)
+    netns.kill_all(three_namespaces[2])
     ended(procs[:2], 120)
     assert all(proc.returncode != 0 for proc in procs[:2])
     ended(procs[2:], 60)
@@ -556,7 +555,7 @@ while True:
 
 
 @pytest.mark.root
-def test_a_killed_node_ends_ranks_that_never_hear_of_it(pyinit_bin, three_namespaces, tmp_path):
+def test_a_killed_node_ends_ranks_that_never_hear_of_it(node_runs, three_namespaces, tmp_path):
     """Ranks outside any collective never learn from torch that a node
     went away: the launcher's own watch of the other nodes ends them."""
     from pyinit.run.liveness import LOST_AFTER_S
@@ -565,41 +564,25 @@ def test_a_killed_node_ends_ranks_that_never_hear_of_it(pyinit_bin, three_namesp
     hostfile.write_text("\n".join(NODES) + "\n")
     script = tmp_path / "waits_alone.py"
     script.write_text(WAITS_ALONE)
-    procs = []
-    for ns in three_namespaces:
-        command = ["ip", "netns", "exec", ns, pyinit_bin, "run", "--hostfile", hostfile,
-                   "--nproc-per-node", "1", "--master-port", "29611", "--monitor-interval", "0",
-                   "--run-dir", tmp_path / ns, "--", script]  # fmt: skip
-        procs.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, start_new_session=True))  # fmt: skip
-    try:
-        deadline = time.monotonic() + 180
-        while procs[0].stdout.readline() != "joined\n":
-            assert time.monotonic() < deadline and procs[0].poll() is None, "no rank joined"
-        pids = subprocess.run(["ip", "netns", "pids", three_namespaces[2]], capture_output=True,
-                              text=True, check=True).stdout.split()  # fmt: skip
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid), signal.SIGKILL)
-        killed = time.monotonic()
-        outputs = ended(procs[:2], 120)
-        # The watch's wait, torchrun's end of its workers, the linger: well under
-        # torch's own timeouts (30 minutes for gloo, 10 for NCCL).
-        assert time.monotonic() - killed < LOST_AFTER_S + 60
-        for proc, (_, err), ns in zip(procs[:2], outputs, three_namespaces, strict=False):
-            assert proc.returncode == 1, err[-3000:]
-            assert f"pyinit run: node 2 ({NODES[2]}) has not answered for" in err, err[-3000:]
-            assert "failed first" not in err, err[-3000:]
-            log = events(tmp_path / ns)
-            lost = [e for e in log if e["event"] == "node lost"]
-            assert [(e["rank"], e["address"]) for e in lost] == [(2, NODES[2])], log
-            assert lost[0]["silent_s"] >= LOST_AFTER_S
-            assert log[-1]["unreachable_nodes"] == [{"rank": 2, "address": NODES[2]}]
-    finally:
-        for proc in procs:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate(timeout=30)
+    procs = node_runs(three_namespaces, hostfile, tmp_path, [script])
+    deadline = time.monotonic() + 180
+    while procs[0].stdout.readline() != "joined\n":
+        assert time.monotonic() < deadline and procs[0].poll() is None, "no rank joined"
+    netns.kill_all(three_namespaces[2])
+    killed = time.monotonic()
+    outputs = ended(procs[:2], 120)
+    # The watch's wait, torchrun's end of its workers, the linger: well under
+    # torch's own timeouts (30 minutes for gloo, 10 for NCCL).
+    assert time.monotonic() - killed < LOST_AFTER_S + 60
+    for proc, (_, err), ns in zip(procs[:2], outputs, three_namespaces, strict=False):
+        assert proc.returncode == 1, err[-3000:]
+        assert f"pyinit run: node 2 ({NODES[2]}) has not answered for" in err, err[-3000:]
+        assert "failed first" not in err, err[-3000:]
+        log = events(tmp_path / ns)
+        lost = [e for e in log if e["event"] == "node lost"]
+        assert [(e["rank"], e["address"]) for e in lost] == [(2, NODES[2])], log
+        assert lost[0]["silent_s"] >= LOST_AFTER_S
+        assert log[-1]["unreachable_nodes"] == [{"rank": 2, "address": NODES[2]}]
 
 
 def test_a_node_is_gone_once_silent_after_the_workers_started_unless_it_ended_well(monkeypatch):
@@ -655,7 +638,7 @@ def test_eight_nodes_join_sum_and_name_a_killed_one(node_runs, eight_namespaces,
     addresses = node_addresses(8)
     hostfile = tmp_path / "hosts"
     hostfile.write_text("\n".join(addresses) + "\n")
-    procs = node_runs(eight_namespaces, hostfile, tmp_path, 100000, shards)
+    procs = node_runs(eight_namespaces, hostfile, tmp_path, training(100000, shards))
     deadline = time.monotonic() + 400
     seen = ""
     while "step " not in seen:
@@ -664,12 +647,7 @@ def test_eight_nodes_join_sum_and_name_a_killed_one(node_runs, eight_namespaces,
         assert line or procs[0].poll() is None, procs[0].stderr.read()[-3000:]
         seen += line
     assert "all-reduce: sum 36 over 8 ranks, expected 36" in seen
-    pids = subprocess.run(["ip", "netns", "pids", eight_namespaces[7]], capture_output=True,
-                          text=True, check=True).stdout.split()  # fmt: skip
-    for pid in pids:
-        # One that ended between the listing and the kill is gone as wanted.
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(int(pid), signal.SIGKILL)
+    netns.kill_all(eight_namespaces[7])
     ended(procs[:7], 180)
     assert all(proc.returncode != 0 for proc in procs[:7])
     ended(procs[7:], 60)
