@@ -153,6 +153,33 @@ def test_a_child_that_fails_before_its_exec_says_why():
     assert lines == ["prctl(PR_SET_PDEATHSIG) before running 'true': Invalid argument"]
 
 
+SELF_TERM = """
+import os, signal, sys
+from pyinit import _native
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+said, sent = [], []
+def on_tick():
+    if not sent:
+        sent.append(1)
+        os.kill(os.getpid(), signal.SIGTERM)
+code = _native.supervise(["sleep", "60"], {}, grace_s=30, tick_s=0.1, on_tick=on_tick,
+                         on_signal=lambda sig: sys.argv[1] == "outside", on_log=said.append)
+print(code, said)
+"""
+
+
+@pytest.mark.parametrize("sender", ["outside", "own"])
+def test_a_signal_the_caller_calls_its_own_is_forwarded_without_a_line(sender):
+    """pyinit run ends its agent with a TERM of its own (at --join-timeout, for a
+    node that went away) and says why; the supervisor also called it a
+    forwarded stop."""
+    result = subprocess.run([sys.executable, "-c", SELF_TERM, sender], capture_output=True,
+                            text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    said = ["forwarded TERM to the command; KILL in 30000 ms if it has not ended"]
+    assert result.stdout == f"143 {said if sender == 'outside' else []}\n"
+
+
 def test_not_pid_1_it_is_a_subreaper_for_orphans(pod_init_bin, tmp_path):
     # The orphan's parent once its own parent has exited: pod-init, not the system's init.
     pid_file = tmp_path / "orphan.pid"

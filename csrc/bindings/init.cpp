@@ -34,15 +34,18 @@ void bind_init(py::module_& m) {
         options.parent_death_signal = parent_death_signal;
         // Python callbacks run with the GIL; an exception in one is reported
         // as unraisable, never left to unwind through the loop that owns the child.
+        // The result: false only where the callback returned False.
         auto call = [](const py::function& f, auto... args) {
           py::gil_scoped_acquire gil;
           try {
-            f(args...);
+            const py::object result = f(args...);
+            return !(py::isinstance<py::bool_>(result) && !result.cast<bool>());
           } catch (py::error_already_set& e) {
             e.discard_as_unraisable("pyinit._native.supervise callback");
+            return true;
           }
         };
-        if (on_signal) options.on_signal = [&](int sig) { call(*on_signal, sig); };
+        if (on_signal) options.on_signal = [&](int sig) { return call(*on_signal, sig); };
         if (on_tick) options.on_tick = [&] { call(*on_tick); };
         if (on_log) options.log = [&](const std::string& line) { call(*on_log, line); };
         ReleasedGil release;
@@ -52,8 +55,10 @@ void bind_init(py::module_& m) {
       py::arg("on_signal") = py::none(), py::arg("on_tick") = py::none(), py::arg("tick_s") = 0.0,
       py::arg("on_log") = py::none(), py::arg("parent_death_signal") = 0,
       "Runs command as pod-init's supervisor does: TERM, INT, HUP, USR1, USR2, QUIT and WINCH "
-      "forwarded (on_signal(signum) for each), every child reaped, KILL grace_s after a "
-      "forwarded TERM or INT; on_tick() at least every tick_s. Block those signals in every "
+      "forwarded (on_signal(signum) for each, first: it returns False for a signal that is "
+      "the caller's own, which no line then calls forwarded), every child reaped, KILL "
+      "grace_s after a forwarded TERM or INT; on_tick() at least every tick_s. Block those signals "
+      "in every "
       "thread first (signal.pthread_sigmask before starting threads). Returns the exit code: "
       "the status, 128+N for signal N, 127 not found, 126 not executable. "
       "parent_death_signal: sent to the command if this process dies, even by KILL. Words as "

@@ -237,10 +237,11 @@ bool terminal_sent_it_too(const Supervision& run, const siginfo_t& info) {
 }
 
 // Passes a signal on to the command (unless it had it from the terminal as
-// well); TERM and INT start the grace period. One line per signal: the
-// grace's (always said), else -v's.
+// well); TERM and INT start the grace period. One line per signal from
+// outside: the grace's (always said), else -v's.
 void forward(Supervision* run, int sig, const siginfo_t& info) {
   const SupervisorOptions& options = run->options;
+  const bool from_outside = options.on_signal ? options.on_signal(sig) : true;
   const bool starts_grace = (sig == SIGTERM || sig == SIGINT) && run->kill_at == 0;
   const bool had_it = terminal_sent_it_too(*run, info);
   const std::string to =
@@ -250,12 +251,11 @@ void forward(Supervision* run, int sig, const siginfo_t& info) {
   // ESRCH: it ended and is reaped below; anything else is worth a line.
   if (!had_it && kill(run->target, sig) != 0 && errno != ESRCH) {
     run->log(std::string("cannot forward ") + sigabbrev_np(sig) + ": " + errno_text(errno));
-  } else if (starts_grace) {
+  } else if (starts_grace && from_outside) {
     run->log(to + "; KILL in " + std::to_string(options.grace_ms) + " ms if it has not ended");
-  } else if (options.verbose) {
+  } else if (options.verbose && from_outside) {
     run->log(to);
   }
-  if (options.on_signal) options.on_signal(sig);
   if (starts_grace) run->kill_at = monotonic_ms() + options.grace_ms;
 }
 

@@ -21,8 +21,10 @@ struct SupervisorOptions {
   std::vector<std::string> environment;
   unsigned grace_ms = 10000;  // after a forwarded TERM or INT, then KILL
   InitLog log;                // one line per event worth telling
-  // Each signal forwarded to the command, as it is forwarded.
-  std::function<void(int)> on_signal;
+  // Each signal, before it is forwarded to the command. False: the signal is
+  // the caller's own (sent to end the command, and said by the caller), so no
+  // line calls it forwarded.
+  std::function<bool(int)> on_signal;
   // Called at least every tick_ms while the command runs (0: not at all): the
   // caller's own watch (pyinit run counts restarts there).
   std::function<void()> on_tick;
