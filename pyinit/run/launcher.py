@@ -354,6 +354,10 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
             if joins is not None and not join_expired and joins.overdue():
                 join_expired = True
                 log.write("join timeout", seconds=config.join_timeout)
+                # Said before the TERM, whose forwarding pod-init says next.
+                say(f"pyinit run: {_not_joined(joins)} did not join within "
+                    f"{config.join_timeout:g} s (--join-timeout): ending this node's workers",
+                    out)  # fmt: skip
                 end_own_workers()
             if liveness is not None and restarts.attempts_seen:
                 liveness.workers_started()
@@ -493,6 +497,11 @@ def _start_warm(config: RunConfig, log: EventLog, out: IO[str]) -> None:
         pass  # a folder or socket that cannot be used: the handoff says so, once
 
 
+def _not_joined(joins: JoinWatch) -> str:
+    missing = joins.missing()
+    return ", ".join(missing) if missing else "every node"
+
+
 def conclude(plan: Plan, outcome: Outcome, out: IO[str]) -> int:
     """The run's status and its end event: who failed first, stalls here and
     on other nodes, nodes that are gone."""
@@ -527,11 +536,10 @@ def conclude(plan: Plan, outcome: Outcome, out: IO[str]) -> int:
             f"{teardown_path(plan.status_dir, rank)})", out)  # fmt: skip
     joins = outcome.joins
     if status != 0 and joins is not None and not joins.has_joined() and not forwarded:
-        missing = joins.missing()
-        fields["not_joined"] = missing
-        who = ", ".join(missing) if missing else "every node"
-        say(f"pyinit run: {who} did not join within {config.join_timeout:g} s "
-            "(--join-timeout)", out)  # fmt: skip
+        fields["not_joined"] = joins.missing()
+        if not outcome.join_expired:  # else said when it expired
+            say(f"pyinit run: {_not_joined(joins)} did not join within "
+                f"{config.join_timeout:g} s (--join-timeout)", out)  # fmt: skip
     elif status != 0 and liveness is not None:
         lost = liveness.unreachable(nodes.addresses, nodes.rank)
         fields["unreachable_nodes"] = [{"rank": r, "address": nodes.addresses[r]} for r in lost]
