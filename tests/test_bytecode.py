@@ -246,7 +246,9 @@ def test_a_warm_interpreter_started_before_its_cache_was_ready_hands_it_on(tmp_p
                              timeout=240)  # fmt: skip
     assert started.returncode == 0, started.stderr
     try:
-        cache.mkdir(mode=0o700)
+        # Made already where the environment has no bytecode of its own: the
+        # warm interpreter's filler is then at work in it.
+        cache.mkdir(mode=0o700, exist_ok=True)
         ready = bytecode.ready_mark(cache)
         ready.parent.mkdir(parents=True, exist_ok=True)
         ready.touch()
@@ -266,7 +268,8 @@ import os, sys
 from pyinit import bytecode
 if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
     cache = bytecode.folder()
-    cache.mkdir(mode=0o700)
+    # Made already by the agent's filler where the environment has no bytecode.
+    cache.mkdir(mode=0o700, exist_ok=True)
     bytecode.ready_mark(cache).parent.mkdir(parents=True, exist_ok=True)
     bytecode.ready_mark(cache).touch()
     sys.exit(1)

@@ -23,6 +23,20 @@ def pyinit_run(pyinit_bin, *args, timeout=120) -> subprocess.CompletedProcess:
                           timeout=timeout)  # fmt: skip
 
 
+def free_port_pair() -> int:
+    """A loopback port free with the one after it: a run's store and its
+    liveness port. Tests that run at once must not share 29500."""
+    while True:
+        with socket.socket() as store, socket.socket() as liveness:
+            store.bind(("127.0.0.1", 0))
+            port = store.getsockname()[1]
+            try:
+                liveness.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+
+
 def missing_node_args(tmp_path, join_timeout: int) -> list:
     """`pyinit run`'s arguments for a run on this node and one that never comes."""
     script = tmp_path / "ok.py"
@@ -32,7 +46,8 @@ def missing_node_args(tmp_path, join_timeout: int) -> list:
     # A machine without GPUs: on one with them, NCCL's files would refuse a master on
     # the loopback (other nodes could not reach it), before the wait this is about.
     (tmp_path / "sys" / "bus" / "pci" / "devices").mkdir(parents=True)
-    return ["--hostfile", hostfile, "--join-timeout", str(join_timeout), "--preflight", "off",
+    return ["--hostfile", hostfile, "--master-port", str(free_port_pair()),
+            "--join-timeout", str(join_timeout), "--preflight", "off",
             "--sysfs-root", tmp_path / "sys", "--run-dir", tmp_path / "run", "--",
             script]  # fmt: skip
 

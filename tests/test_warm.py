@@ -219,8 +219,7 @@ def test_a_run_that_ends_its_own_agent_does_not_say_it_forwarded_a_stop(warm_env
     stop forwarded from outside, after the line that says why."""
     from test_launch_failures import missing_node_args
 
-    # Not the default port, which test_launch_failures' runs take beside this one.
-    result = subprocess.run([PYINIT, "run", "--monitor-interval", "0", "--master-port", "29631",
+    result = subprocess.run([PYINIT, "run", "--monitor-interval", "0",
                              *map(str, missing_node_args(tmp_path, 3))], env=warm_env,
                             capture_output=True, text=True, timeout=120)  # fmt: skip
     assert result.returncode == 1, result.stderr[-3000:]
