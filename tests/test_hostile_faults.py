@@ -9,6 +9,7 @@ and nothing left running."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -494,6 +495,35 @@ def test_the_liveness_port_outlives_resets_and_askers_that_never_read():
         silent.close()
     finally:
         own.close()
+
+
+def test_a_peer_sending_a_byte_at_a_time_is_no_answer():
+    """Whatever listens on a peer's liveness port may answer a byte at a time.
+    The socket's timeout was per read: the ask waited for 64 KiB of them, and
+    with it the watch over every node and the end of the run, which asks
+    who is gone."""
+    from pyinit.run.liveness import Liveness
+
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def drip() -> None:
+        conn, _ = server.accept()
+        with conn, contextlib.suppress(OSError):
+            while not stop.wait(0.2):
+                conn.sendall(b"a")
+
+    threading.Thread(target=drip, daemon=True).start()
+    own = Liveness("127.0.0.1", 0)
+    own.port = server.getsockname()[1]
+    try:
+        began = time.monotonic()
+        assert own.unreachable(["127.0.0.2", "127.0.0.1"], 0) == [1]  # no whole answer in 2 s
+        assert time.monotonic() - began < 20
+    finally:
+        stop.set()
+        own.close()
+        server.close()
 
 
 def test_a_peer_stall_verdict_is_taken():

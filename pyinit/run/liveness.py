@@ -27,7 +27,9 @@ PEER_ASK_TIMEOUT_S = 1.0
 LOST_AFTER_S = 10.0
 # How long one asker may hold the port: answers are sent one at a time, and one
 # that does not read (a stall verdict larger than its window) must not hold up the rest.
+# (sendall's timeout is for the whole answer.)
 ANSWER_TIMEOUT_S = 2.0
+MAX_ANSWER = 1 << 16  # what an ask reads of a peer's answer, at most
 JOINED = b"alive joined\n"  # the answer of a node whose agent has reached the rendezvous
 # The answer of a node whose run ended well, before it stops answering: its ranks are
 # done, and the others may still be at their own end (rank 0's last save).
@@ -98,11 +100,7 @@ class Liveness:
         for rank, address in enumerate(addresses):
             if rank == own_rank:
                 continue
-            try:
-                with socket.create_connection((address, self.port), timeout=timeout_s) as conn:
-                    answers[rank] = conn.makefile("rb").readline(1 << 16)
-            except OSError:
-                answers[rank] = None
+            answers[rank] = _ask(address, self.port, timeout_s)
         return answers
 
     def new_peer_stalls(self, addresses: Sequence[str], own_rank: int) -> list[dict[str, Any]]:
@@ -182,6 +180,29 @@ class Liveness:
     def close(self) -> None:
         self._stop.set()
         self._sock.close()
+
+
+def _ask(address: str, port: int, limit_s: float) -> bytes | None:
+    """A node's answer, its first line (b"" for a port that closes at once),
+    or None when none came whole within limit_s in all: a peer (another
+    program on that port) sending a byte at a time must not hold up the
+    watch, nor the end of the run that asks who is gone."""
+    deadline, answer = time.monotonic() + limit_s, b""
+    try:
+        with socket.create_connection((address, port), timeout=limit_s) as conn:
+            while b"\n" not in answer and len(answer) < MAX_ANSWER:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                conn.settimeout(left)
+                chunk = conn.recv(MAX_ANSWER - len(answer))
+                if not chunk:
+                    break
+                answer += chunk
+    except OSError:
+        return None
+    line, newline, _ = answer.partition(b"\n")
+    return line + newline
 
 
 def stall_verdict(line: bytes | None) -> dict[str, Any] | None:
