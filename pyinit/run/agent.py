@@ -43,8 +43,6 @@ from pyinit.runlog.progress import read_progress
 
 PRELOAD_OPTION = "--preload="
 FAILURES_FILE = "failures.json"
-# Left in the status folder by a worker's first torch.compile (pyinit.run.wrapper).
-COMPILED_MARK = "compiled"
 AGENT_LOG = "agent.log"
 # How torchrun's agent is started cold; a warm interpreter takes what follows, and
 # an agent forked from one shows this command to ps.
@@ -99,11 +97,12 @@ def main(argv: list[str] | None = None, started: float | None = None) -> None:
         store.register_handler(str(Path(folder, "status")) if folder else None)
         if folder:
             time_restarts(Path(folder, "status"), int(os.environ.get("PYINIT_NODE_RANK", "0")))
-            if preloads:  # workers forked from here: a restarted group's are too
-                preload_compile_for_restarts(Path(folder, "status"))
-        if preloads:
+        if preloads:  # workers forked from here: a restarted group's are too
             forked_workers_end_as_processes()
-            compile_notes.share()  # a restarted worker finds what the last one compiled on
+            # Before the first fork: the workers say there whether they compiled, and a
+            # restarted one finds what the last one compiled on.
+            compile_notes.share()
+            preload_compile_for_restarts()
         imported = boottime()
         try:
             new = import_all(preloads)
@@ -239,9 +238,9 @@ def forked_workers_end_as_processes() -> None:
     MultiprocessContext._close = close_releasing
 
 
-def preload_compile_for_restarts(status_dir: Path) -> None:
-    """Once a worker has called torch.compile (its wrapper leaves
-    COMPILED_MARK), imports what a compiled step needs (COMPILE_PRELOADS, and
+def preload_compile_for_restarts() -> None:
+    """Once a worker has called torch.compile (its wrapper notes it in
+    pyinit.run.compile_notes' page), imports what a compiled step needs (COMPILE_PRELOADS, and
     pyinit.run.preload.compute_compile_caches) in
     a thread, while the workers train: a restarted group, forked from here,
     then has it imported, instead of importing it in every new worker before
@@ -254,7 +253,6 @@ def preload_compile_for_restarts(status_dir: Path) -> None:
     from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
     from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 
-    mark = status_dir / COMPILED_MARK
     importer: threading.Thread | None = None
 
     def import_quietly() -> None:
@@ -266,7 +264,7 @@ def preload_compile_for_restarts(status_dir: Path) -> None:
     @functools.wraps(monitor)
     def watching(agent: Any, *args: Any, **kwargs: Any) -> Any:
         nonlocal importer
-        if importer is None and mark.exists():
+        if importer is None and compile_notes.seen():
             importer = threading.Thread(target=import_quietly, name="compile preloads",
                                         daemon=True)  # fmt: skip
             importer.start()

@@ -35,7 +35,6 @@ from pyinit.run import store
 from pyinit.run.agent import (
     AGENT_LOG,
     AGENT_START,
-    COMPILED_MARK,
     FAILURES_FILE,
     PRELOAD_OPTION,
 )
@@ -241,7 +240,7 @@ def prepare(config: RunConfig, nodes: Nodes, folder: Path, log: EventLog,
     status_dir = folder / "status"
     status_dir.mkdir(parents=True, exist_ok=True)
     for pattern in ("rank-*.json", "attempt-*", "progress-rank*", "stack-rank*", FAILURES_FILE,
-                    store.JOINED_FILE, COMPILED_MARK):  # fmt: skip
+                    store.JOINED_FILE):  # fmt: skip
         for stale in status_dir.glob(pattern):
             stale.unlink()
     # A reused --run-dir: the report reads the last run's events, so only its step records.

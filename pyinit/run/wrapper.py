@@ -45,7 +45,7 @@ from pyinit.phases import install as install_phases
 from pyinit.phases import phase
 from pyinit.process_end import flush_stdio
 from pyinit.run import compile_notes, fresh_interpreter, group
-from pyinit.run.agent import COMPILED_MARK, TERMINAL_FD_ENV, log_handlers_to
+from pyinit.run.agent import TERMINAL_FD_ENV, log_handlers_to
 from pyinit.run.compiles import (
     COMPILE_CACHE_ENV,
     CompileMarks,
@@ -138,7 +138,7 @@ class Marks:
     as they end, and its progress, counted for the stall watch."""
 
     def __init__(self, log: EventLog | None, progress: ProgressWriter, steps: StepLog | None,
-                 status_dir: Path | None = None, compile_cache: Path | None = None,
+                 compile_cache: Path | None = None,
                  command: bytes = compile_notes.NO_KEY):  # fmt: skip
         self.log = log
         self.progress = progress  # counts the steps: the stall watch's and the timeline's
@@ -152,12 +152,11 @@ class Marks:
         self.command = command  # compile_notes.command_key of what this worker runs
         # The same compiled job started again: inductor's patterns, set up beside start-up.
         self.pattern_setup: PatternSetup | None = None
-        # The agent's sign to import the compile set (preload_compile_for_restarts).
-        compiled = status_dir / COMPILED_MARK if status_dir else None
 
         def first_compile() -> None:
             self.wait_for_patterns()
-            _touch(compiled)
+            # The sign for the agent or warm interpreter this was forked from to
+            # import the compile set (pyinit.run.agent.preload_compile_for_restarts).
             compile_notes.note()
 
         self.compiles = CompileMarks(self.log_phase, self.log_event,
@@ -359,13 +358,6 @@ class Marks:
                            steps=self.progress.steps)  # fmt: skip
 
 
-def _touch(path: Path | None) -> None:
-    if path is None:
-        return
-    with contextlib.suppress(OSError):  # a full disk: a restart imports what it needs itself
-        path.touch()
-
-
 def keep_destroyed_groups(dist: Any, kept: list[Any]) -> Any:
     """``destroy_process_group`` that keeps a reference to the groups it
     destroys, for ``release_groups`` to drop once the script has ended.
@@ -471,7 +463,7 @@ def main() -> None:
             steps = StepLog(steps_path(log.path.parent, rank), attempt, log)
             install_phases(steps)
         cache = Path(os.environ[COMPILE_CACHE_ENV]) if os.environ.get(COMPILE_CACHE_ENV) else None
-        marks = Marks(log, progress, steps, Path(status_dir), cache if rank == 0 else None,
+        marks = Marks(log, progress, steps, cache if rank == 0 else None,
                       compile_notes.command_key(kind, name, args))  # fmt: skip
         last_compiled_on = marks.set_up_patterns()
         marks.phase("worker start", process_start(), entered, torch_loaded="torch" in sys.modules,
