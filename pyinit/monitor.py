@@ -22,6 +22,7 @@ import math
 import os
 import queue
 import re
+import socket
 import sys
 import threading
 import time
@@ -427,25 +428,59 @@ class Metrics:
         return server
 
 
-# How long a scraper's connection may send nothing before it is dropped.
-SCRAPE_IDLE_S = 30.0
+# A scraper's whole exchange, request and page, at most (Prometheus' own
+# scrape_timeout is 10 s by default); past it the connection is cut.
+SCRAPE_DEADLINE_S = 10.0
+MAX_SCRAPERS = 16  # connections served at once; more are closed unanswered
 
 
 def _scrapers_as_strangers(server: Any) -> None:
     """The metrics port answers anyone on the network it listens on: a
     connection reset mid-request (a port scan, a scraper that gives up) was
-    a traceback on stderr each, and one that never finishes its request
-    held a thread for good. Connection errors are dropped quietly, and an
-    idle connection after SCRAPE_IDLE_S; any other error is still shown."""
+    a traceback on stderr each, and one that never finishes its request, or
+    sends it a byte at a time, held a thread for good (one each, as many as
+    came). Connection errors are dropped quietly, a connection is cut at
+    SCRAPE_DEADLINE_S, and at most MAX_SCRAPERS are served at once; any other
+    error is still shown."""
     shown = server.handle_error
 
     def handle_error(request: Any, client_address: Any) -> None:
         if not isinstance(sys.exc_info()[1], OSError):
             shown(request, client_address)
 
+    slots = threading.BoundedSemaphore(MAX_SCRAPERS)
+    start_serving, serve = server.process_request, server.process_request_thread
+
+    def process_request(request: Any, client_address: Any) -> None:
+        if not slots.acquire(blocking=False):
+            server.shutdown_request(request)
+            return
+        try:
+            start_serving(request, client_address)
+        except BaseException:
+            slots.release()
+            raise
+
+    def process_request_thread(request: Any, client_address: Any) -> None:
+        cut = threading.Timer(SCRAPE_DEADLINE_S, _cut_off, (request,))
+        cut.daemon = True
+        cut.start()
+        try:
+            serve(request, client_address)
+        finally:
+            cut.cancel()
+            slots.release()
+
     server.handle_error = handle_error
-    server.RequestHandlerClass = type("ScrapeHandler", (server.RequestHandlerClass,),
-                                      {"timeout": SCRAPE_IDLE_S})  # fmt: skip
+    server.process_request = process_request
+    server.process_request_thread = process_request_thread
+
+
+def _cut_off(conn: Any) -> None:
+    """A scraper's connection ended past its deadline: its thread's blocked
+    read returns at once."""
+    with contextlib.suppress(OSError):
+        conn.shutdown(socket.SHUT_RDWR)
 
 
 class Monitor:

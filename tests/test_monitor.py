@@ -4,6 +4,7 @@ parsed with prometheus-client's parser, and the real block devices."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import http.server
 import json
@@ -155,7 +156,7 @@ def test_the_metrics_port_takes_resets_and_idle_scrapers_quietly(monkeypatch, ca
     """A port scan's resets were a traceback each on the monitor's stderr,
     and a connection that never finished its request kept a thread for
     good."""
-    monkeypatch.setattr(monitor_module, "SCRAPE_IDLE_S", 0.5)
+    monkeypatch.setattr(monitor_module, "SCRAPE_DEADLINE_S", 0.5)
     metrics = Metrics()
     metrics.update(Monitor(fake_nvml([42]), thresholds=Thresholds()).sample(), [])
     server = metrics.serve(str(free_port()))
@@ -175,6 +176,47 @@ def test_the_metrics_port_takes_resets_and_idle_scrapers_quietly(monkeypatch, ca
         server.shutdown()
         server.server_close()
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_the_metrics_port_cuts_slow_scrapers_and_serves_a_few_at_once(monkeypatch):
+    """A connection that sent its request a byte at a time (each within the
+    idle limit) held a thread for as long as it kept going, and each new one
+    took another thread."""
+    monkeypatch.setattr(monitor_module, "SCRAPE_DEADLINE_S", 5.0)
+    monkeypatch.setattr(monitor_module, "MAX_SCRAPERS", 4)
+    metrics = Metrics()
+    metrics.update(Monitor(fake_nvml([42]), thresholds=Thresholds()).sample(), [])
+    server = metrics.serve(str(free_port()))
+    address = server.server_address[:2]
+    slow = [socket.create_connection(address, timeout=30) for _ in range(4)]
+    stop = threading.Event()
+
+    def drip() -> None:
+        with contextlib.suppress(OSError):
+            while not stop.wait(0.2):
+                for conn in slow:
+                    conn.sendall(b"G")
+
+    dripping = threading.Thread(target=drip, daemon=True)
+    dripping.start()
+    try:
+        time.sleep(0.5)  # every slot is held
+        with socket.create_connection(address, timeout=30) as more:
+            assert more.recv(1) == b""  # a fifth: closed unanswered
+        began = time.monotonic()
+        for conn in slow:
+            assert conn.recv(1) == b""  # cut at the deadline
+        assert time.monotonic() - began < 20
+        stop.set()
+        dripping.join()
+        page = urllib.request.urlopen(f"http://{address[0]}:{address[1]}/metrics", timeout=30)
+        assert page.status == 200  # the slots are free again
+    finally:
+        stop.set()
+        for conn in slow:
+            conn.close()
+        server.shutdown()
+        server.server_close()
 
 
 def test_once_json_without_nvml_reports_block_devices(pyinit_bin, tmp_path):
