@@ -57,9 +57,9 @@ void bind_init(py::module_& m) {
       "Runs command as pod-init's supervisor does: TERM, INT, HUP, USR1, USR2, QUIT and WINCH "
       "forwarded (on_signal(signum) for each, first: it returns False for a signal that is "
       "the caller's own, which no line then calls forwarded), every child reaped, KILL "
-      "grace_s after a forwarded TERM or INT; on_tick() at least every tick_s. Block those signals "
-      "in every "
-      "thread first (signal.pthread_sigmask before starting threads). Returns the exit code: "
+      "grace_s after a forwarded TERM or INT; on_tick() at least every tick_s. Block those "
+      "signals in every thread first (signal.pthread_sigmask before starting threads). "
+      "Returns the exit code: "
       "the status, 128+N for signal N, 127 not found, 126 not executable. "
       "parent_death_signal: sent to the command if this process dies, even by KILL. Words as "
       "bytes (os.fsencode) where they need not be UTF-8.");

@@ -240,9 +240,9 @@ def forked_workers_end_as_processes() -> None:
 
 def preload_compile_for_restarts() -> None:
     """Once a worker has called torch.compile (its wrapper notes it in
-    pyinit.run.compile_notes' page), imports what a compiled step needs (COMPILE_PRELOADS, and
-    pyinit.run.preload.compute_compile_caches) in
-    a thread, while the workers train: a restarted group, forked from here,
+    pyinit.run.compile_notes' page), imports what a compiled step needs
+    (COMPILE_PRELOADS, and pyinit.run.preload.compute_compile_caches) in a
+    thread, while the workers train: a restarted group, forked from here,
     then has it imported, instead of importing it in every new worker before
     its first compiled step (4 s on an H200 host). The thread is joined
     before any restart forks, so no thread runs at a fork (the fork-safety

@@ -41,7 +41,7 @@ from pyinit.run.agent import (
 from pyinit.run.compiles import COMPILE_CACHE_ENV, COMPILE_CACHE_FILE
 from pyinit.run.config import RunConfig
 from pyinit.run.flight_recorder import flight_recorder_env
-from pyinit.run.liveness import JoinWatch, Liveness
+from pyinit.run.liveness import JoinWatch, Liveness, named
 from pyinit.run.nodes import Nodes, find_nodes
 from pyinit.run.preflight import preflight
 from pyinit.run.preload import DEFAULT_PRELOADS
@@ -350,13 +350,9 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
             nonlocal join_expired, peer_lost
             restarts.check()
             stalls.check()
-            if joins is not None and not join_expired and joins.overdue():
+            if joins is not None and not join_expired and joins.expired():
                 join_expired = True
                 log.write("join timeout", seconds=config.join_timeout)
-                # Said before the TERM, whose forwarding pod-init says next.
-                say(f"pyinit run: {_not_joined(joins)} did not join within "
-                    f"{config.join_timeout:g} s (--join-timeout): ending this node's workers",
-                    out)  # fmt: skip
                 end_own_workers()
             if liveness is not None and restarts.attempts_seen:
                 liveness.workers_started()
@@ -496,11 +492,6 @@ def _start_warm(config: RunConfig, log: EventLog, out: IO[str]) -> None:
         pass  # a folder or socket that cannot be used: the handoff says so, once
 
 
-def _not_joined(joins: JoinWatch) -> str:
-    missing = joins.missing()
-    return ", ".join(missing) if missing else "every node"
-
-
 def conclude(plan: Plan, outcome: Outcome, out: IO[str]) -> int:
     """The run's status and its end event: who failed first, stalls here and
     on other nodes, nodes that are gone."""
@@ -535,9 +526,11 @@ def conclude(plan: Plan, outcome: Outcome, out: IO[str]) -> int:
             f"{teardown_path(plan.status_dir, rank)})", out)  # fmt: skip
     joins = outcome.joins
     if status != 0 and joins is not None and not joins.has_joined() and not forwarded:
-        fields["not_joined"] = joins.missing()
-        if not outcome.join_expired:  # else said when it expired
-            say(f"pyinit run: {_not_joined(joins)} did not join within "
+        if outcome.join_expired:  # named then
+            fields["not_joined"] = joins.missing_at_limit
+        else:
+            fields["not_joined"] = joins.missing()
+            say(f"pyinit run: {named(fields['not_joined'])} did not join within "
                 f"{config.join_timeout:g} s (--join-timeout)", out)  # fmt: skip
     elif status != 0 and liveness is not None:
         lost = liveness.unreachable(nodes.addresses, nodes.rank)

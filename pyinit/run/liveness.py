@@ -230,14 +230,17 @@ class JoinWatch:
     whose pyinit run does not answer on its liveness port. A thread of its
     own: asking a node that is not there takes a timeout, which the
     supervisor's tick must not wait for. torchrun's rendezvous enforces the
-    limit once the agent is in it; `overdue` tells the supervisor when this
-    node's agent has not even got there (a preload or an import that hangs)."""
+    limit once the agent is in it; at the limit this watch names the missing
+    nodes and `expired` tells the supervisor, when this node's agent has not
+    even got there (a preload or an import that hangs)."""
 
     def __init__(self, joined: Path, liveness: Liveness, addresses: Sequence[str], rank: int,
                  limit_s: float, say: Callable[[str], None]) -> None:  # fmt: skip
         self.joined, self.liveness, self.limit_s, self.say = joined, liveness, limit_s, say
         self.addresses, self.rank = addresses, rank
+        self.missing_at_limit: list[str] = []  # `missing()` once the limit had passed
         self._done = threading.Event()
+        self._expired = threading.Event()
         self._began = time.monotonic()
 
     def start(self) -> None:
@@ -249,9 +252,10 @@ class JoinWatch:
     def has_joined(self) -> bool:
         return self.joined.exists()
 
-    def overdue(self) -> bool:
-        """True once the limit has passed and this node's agent has not joined."""
-        return time.monotonic() - self._began >= self.limit_s and not self.has_joined()
+    def expired(self) -> bool:
+        """True once the limit has passed with this node's agent not joined
+        (the missing nodes said, and in missing_at_limit)."""
+        return self._expired.is_set()
 
     def not_joined(self) -> tuple[list[int], list[int]]:
         """The nodes that have not joined: those whose pyinit run does not
@@ -276,8 +280,16 @@ class JoinWatch:
         return [self.node(rank) for rank in sorted(silent + waiting)]
 
     def _watch(self) -> None:
-        while not self._done.wait(JOIN_REPORT_S):
-            if self.has_joined():
+        while True:
+            left = self.limit_s - (time.monotonic() - self._began)
+            if self._done.wait(max(0.0, min(JOIN_REPORT_S, left))) or self.has_joined():
+                return
+            if time.monotonic() - self._began >= self.limit_s:
+                # Said before the supervisor's TERM, whose forwarding pod-init says next.
+                self.missing_at_limit = self.missing()
+                self.say(f"{named(self.missing_at_limit)} did not join within {self.limit_s:g} s "
+                         "(--join-timeout): ending this node's workers")  # fmt: skip
+                self._expired.set()
                 return
             waited = f"{time.monotonic() - self._began:.0f} s of --join-timeout {self.limit_s:g}"
             silent, waiting = self.not_joined()
@@ -290,3 +302,8 @@ class JoinWatch:
                          f"not reached the rendezvous): {waited}")  # fmt: skip
             if not silent and not waiting:
                 self.say(f"waiting for the rendezvous (every node has joined): {waited}")
+
+
+def named(missing: Sequence[str]) -> str:
+    """JoinWatch.missing's nodes in a line: "every node" for none named."""
+    return ", ".join(missing) if missing else "every node"
