@@ -162,22 +162,26 @@ def on_tick():
     if not sent:
         sent.append(1)
         os.kill(os.getpid(), signal.SIGTERM)
+answers = {"outside": lambda sig: True, "own": lambda sig: False, "none": lambda sig: None,
+           "raises": lambda sig: 1 / 0}
 code = _native.supervise(["sleep", "60"], {}, grace_s=30, tick_s=0.1, on_tick=on_tick,
-                         on_signal=lambda sig: sys.argv[1] == "outside", on_log=said.append)
+                         on_signal=answers[sys.argv[1]], on_log=said.append)
 print(code, said)
 """
 
 
-@pytest.mark.parametrize("sender", ["outside", "own"])
+@pytest.mark.parametrize("sender", ["outside", "own", "none", "raises"])
 def test_a_signal_the_caller_calls_its_own_is_forwarded_without_a_line(sender):
     """pyinit run ends its agent with a TERM of its own (at --join-timeout, for a
     node that went away) and says why; the supervisor also called it a
-    forwarded stop."""
+    forwarded stop. Only an explicit False keeps the line unsaid: a callback
+    that returns nothing, or fails (reported as unraisable), leaves it said."""
     result = subprocess.run([sys.executable, "-c", SELF_TERM, sender], capture_output=True,
                             text=True, timeout=60)  # fmt: skip
     assert result.returncode == 0, result.stderr
     said = ["forwarded TERM to the command; KILL in 30000 ms if it has not ended"]
-    assert result.stdout == f"143 {said if sender == 'outside' else []}\n"
+    assert result.stdout == f"143 {[] if sender == 'own' else said}\n"
+    assert ("ZeroDivisionError" in result.stderr) == (sender == "raises"), result.stderr
 
 
 def test_not_pid_1_it_is_a_subreaper_for_orphans(pod_init_bin, tmp_path):
