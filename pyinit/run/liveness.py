@@ -25,11 +25,12 @@ PEER_ASK_TIMEOUT_S = 1.0
 # this node's ranks can only wait for its ranks in their next collective (NCCL's own
 # timeout is 10 minutes or more). Long enough for a launcher starved of CPU a while.
 LOST_AFTER_S = 10.0
-# How long one asker may hold the port: answers are sent one at a time, and one
-# that does not read (a stall verdict larger than its window) must not hold up the rest.
-# (sendall's timeout is for the whole answer.)
+# How long one asker may hold the port: answers are sent one at a time. Every answer
+# fits the connection's send buffer (see _serve), so only a peer whose kernel takes
+# nothing at all would take this long. (sendall's timeout is for the whole answer.)
 ANSWER_TIMEOUT_S = 2.0
-MAX_ANSWER = 1 << 16  # what an ask reads of a peer's answer, at most
+# What an ask reads of a peer's answer, at most; so a stall verdict is kept within it.
+MAX_ANSWER = 1 << 16
 JOINED = b"alive joined\n"  # the answer of a node whose agent has reached the rendezvous
 # The answer of a node whose run ended well, before it stops answering: its ranks are
 # done, and the others may still be at their own end (rank 0's last save).
@@ -77,8 +78,11 @@ class Liveness:
             except OSError:
                 return
             # Anyone on the network may connect: one that resets the connection (a port
-            # scan) or never reads ends its own answer, never the port.
+            # scan) ends its own answer, never the port. The answer is left whole in the
+            # send buffer, for the kernel to send after the close: one that never reads
+            # (however many in a row) must not hold up the next asker.
             with conn, contextlib.suppress(OSError):
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 2 * MAX_ANSWER)
                 conn.settimeout(ANSWER_TIMEOUT_S)
                 conn.sendall(self._answer())
 
@@ -91,7 +95,28 @@ class Liveness:
         return JOINED if self.joined() else b"alive\n"
 
     def report_stall(self, verdict: dict[str, Any]) -> None:
-        self.stall = b"stall " + json.dumps(verdict).encode() + b"\n"
+        """Answers `verdict` from now on, within MAX_ANSWER: the causes that do
+        not fit (a node of many ranks with long frames) are left out, and
+        `causes_left_out` says how many; a peer reading a cut line would
+        find no verdict at all."""
+        causes = verdict.get("causes", [])
+        # Room for everything but the causes (with `causes_left_out` at its largest),
+        # then as many causes as fit, each ", " apart.
+        room = MAX_ANSWER - len(self._line(dict(verdict, causes=[], causes_left_out=len(causes))))
+        kept = 0
+        for cause in causes:
+            room -= len(json.dumps(cause)) + 2 * (kept > 0)
+            if room < 0:
+                break
+            kept += 1
+        shown = dict(verdict, causes=causes[:kept])
+        if kept < len(causes):
+            shown["causes_left_out"] = len(causes) - kept
+        self.stall = self._line(shown)
+
+    @staticmethod
+    def _line(verdict: dict[str, Any]) -> bytes:
+        return b"stall " + json.dumps(verdict).encode() + b"\n"
 
     def _ask_peers(self, addresses: Sequence[str], own_rank: int,
                    timeout_s: float) -> dict[int, bytes | None]:  # fmt: skip
