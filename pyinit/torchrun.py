@@ -26,7 +26,7 @@ def main(argv: list[str]) -> int:
     from torch.distributed import run
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
-    os.environ[AGENT_PID_ENV] = str(os.getpid())
+    workers_end_with_this_process()
     try:
         run.main(argv)
     except SignalException as stopped:  # its workers are stopped; torchrun has said so
@@ -34,15 +34,22 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def worker_ends_with_it() -> None:
-    """Called first by a worker that pyinit.torchrun started: it is KILLed
-    when that torchrun ends, however it ends (at once where it has ended
-    already)."""
-    agent = os.environ.pop(AGENT_PID_ENV, "")
-    if agent.isdigit():
-        from pyinit import _native
+def workers_end_with_this_process() -> None:
+    """Names this process, a torchrun agent, to the workers it starts next
+    (:func:`worker_ends_with_it`)."""
+    os.environ[AGENT_PID_ENV] = str(os.getpid())
 
-        _native.die_with_parent(signal.SIGKILL, int(agent))
+
+def worker_ends_with_it() -> None:
+    """Called first by a worker of a torchrun agent: it is KILLed when that
+    agent ends, however it ends (at once where it has ended already). The
+    agent is the one that named itself, where one did: a worker that took a
+    while to get here (a fresh interpreter's imports) would find the reaper
+    of orphans as its parent once the agent is gone. Else its parent."""
+    from pyinit import _native
+
+    agent = os.environ.pop(AGENT_PID_ENV, "")
+    _native.die_with_parent(signal.SIGKILL, int(agent) if agent.isdigit() else os.getppid())
 
 
 def command(argv: list[str]) -> list[str]:

@@ -262,6 +262,28 @@ def test_a_program_worker_forwards_what_pod_init_forwards(tmp_path):
     assert json.loads((tmp_path / "rank-0.json").read_text())["exit"] == 9
 
 
+def test_a_worker_whose_agent_died_before_it_was_up_ends_before_the_script(tmp_path):
+    """A spawned worker asked to die with its parent only after its imports:
+    if torchrun's agent died meanwhile, the parent it then saw was the
+    reaper of orphans, and the script ran on with no agent. The agent names
+    itself in the environment; a worker whose parent is not that process ends."""
+    from pyinit.torchrun import AGENT_PID_ENV
+
+    script = tmp_path / "script.py"
+    ran = tmp_path / "ran"
+    script.write_text(f"open({str(ran)!r}, 'w').close()\n")
+    gone = subprocess.Popen(["true"])  # the agent, already gone
+    gone.wait()
+    env = {**os.environ, AGENT_PID_ENV: str(gone.pid)}
+    worker = subprocess.run([sys.executable, "-m", "pyinit.run.wrapper", tmp_path, "script",
+                             script], env=env, timeout=60)  # fmt: skip
+    assert worker.returncode == -signal.SIGKILL and not ran.exists()
+    env[AGENT_PID_ENV] = str(os.getpid())  # the agent, alive: the script runs
+    worker = subprocess.run([sys.executable, "-m", "pyinit.run.wrapper", tmp_path, "script",
+                             script], env=env, timeout=60)  # fmt: skip
+    assert worker.returncode == 0 and ran.exists()
+
+
 def test_restarts_are_events(pyinit_bin, tmp_path):
     script = tmp_path / "flaky.py"
     # Fails on torchrun's first attempt, passes on its restart.

@@ -40,6 +40,7 @@ from pyinit.run.preload import (
 )
 from pyinit.runlog.events import RUN_DIR_ENV, EventLog, boottime, process_start
 from pyinit.runlog.progress import read_progress
+from pyinit.torchrun import workers_end_with_this_process
 
 PRELOAD_OPTION = "--preload="
 FAILURES_FILE = "failures.json"
@@ -120,6 +121,7 @@ def main(argv: list[str] | None = None, started: float | None = None) -> None:
     # environment has no bytecode of its own (pyinit.bytecode); a warm
     # interpreter's fork leaves it to the warm interpreter.
     filler = None if preloaded else bytecode.fill_later()
+    workers_end_with_this_process()
     try:
         torchrun.main(argv)
     except ChildFailedError as failed:

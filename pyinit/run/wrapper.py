@@ -69,6 +69,7 @@ from pyinit.runlog.progress import (
 )
 from pyinit.runlog.steps import StepLog, steps_path
 from pyinit.say import say
+from pyinit.torchrun import worker_ends_with_it
 
 # The status a shell shows for Python ended by an uncaught KeyboardInterrupt
 # (it ends by SIGINT itself).
@@ -432,8 +433,8 @@ def main() -> None:
         log_handlers_to(sys.stderr, lambda stream: stream is agent_log)
     # The agent's alone (the script's own subprocesses must not take it for theirs).
     os.environ.pop(STORE_FD_ENV, None)
-    # torchrun's agent is the parent: if it dies (even by KILL), so does this worker.
-    _native.die_with_parent(signal.SIGKILL, os.getppid())
+    # If torchrun's agent dies (even by KILL), so does this worker.
+    worker_ends_with_it()
     # Forked from the agent, the worker inherits its handlers (torchrun's, which
     # raise its SignalException on TERM, INT, HUP and QUIT).
     fresh_interpreter.signals_as_started()
