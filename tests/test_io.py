@@ -717,6 +717,34 @@ def test_io_benchmark_runs_beside_fio(tmp_path, pyinit_bin):
         assert proc.stdout.splitlines().count(line) == 1, proc.stdout
 
 
+def test_io_targets_keep_each_rounds_ratio_range(capsys):
+    """A target's verdict is the medians' ratio; beside it, the range of the
+    rounds' own ratios (ours against fio's run of the same round), so a miss
+    within a shared device's spread shows as one."""
+    from pyinit.bench.io import PERCENTILES, Pattern, Result, fio_key, targets
+    from pyinit.bench.targets import print_targets
+
+    pattern = Pattern("randread", 4096, 32, "stream", 1)
+    cuts = {fio_key(q): 100_000.0 for q in PERCENTILES}
+
+    def run(tool: str, iops: float) -> Result:
+        return Result(tool, pattern.name, iops, iops * 4096, "clat_ns", cuts, None)
+
+    # Round by round, ours 0.90x, 1.05x and 0.98x of fio's.
+    results = [run("pyinit", 90), run("fio", 100), run("fio", 100), run("pyinit", 105),
+               run("pyinit", 49), run("fio", 50)]  # fmt: skip
+    rows = {row["target"]: row for row in targets(results, [pattern])}
+    iops = rows[f"{pattern.name} IOPS / fio's"]
+    assert iops["ratio"] == 0.9 and not iops["met"]  # medians: 90 against 100
+    assert iops["rounds"] == [0.9, 1.05]
+    assert rows[f"{pattern.name} p50 / fio's"]["rounds"] == [1.0, 1.0]
+    print_targets([iops])
+    assert capsys.readouterr().out == (
+        f"target {pattern.name} IOPS / fio's: 0.90x (>= 1.0) MISSED (rounds 0.90-1.05x)\n"
+    )
+    assert "rounds" not in targets(results[:2], [pattern])[0]  # one round: no range
+
+
 def test_io_benchmark_of_a_file_whose_name_is_not_utf8(folder, pyinit_bin):
     """fio's JSON, the plot's title and the last line name the file: a name in
     another encoding is read back, drawn as \\xNN and printed as its bytes,

@@ -418,6 +418,12 @@ COLUMNS = (  # (table key, header, width, decimals)
 )
 
 
+def column_values(result: Result) -> dict[str, float]:
+    """One run's value of each column of the table."""
+    latencies = {f"p{q:g}_us": result.percentiles_ns[fio_key(q)] / 1e3 for q in PERCENTILES}
+    return {"iops": result.iops, "gb_s": result.bw_bytes / 1e9, **latencies}
+
+
 def summarize(results: list[Result]) -> dict[str, dict[str, dict[str, float]]]:
     """Per pattern and tool, the median over rounds of each column."""
     table: dict[str, dict[str, dict[str, float]]] = {}
@@ -425,14 +431,8 @@ def summarize(results: list[Result]) -> dict[str, dict[str, dict[str, float]]]:
         table.setdefault(r.pattern, {}).setdefault(r.tool, {})
     for pattern, tools in table.items():
         for tool in tools:
-            mine = [r for r in results if r.pattern == pattern and r.tool == tool]
-            columns = {
-                "iops": [r.iops for r in mine],
-                "gb_s": [r.bw_bytes / 1e9 for r in mine],
-                **{f"p{q:g}_us": [r.percentiles_ns[fio_key(q)] / 1e3 for r in mine]
-                   for q in PERCENTILES},
-            }  # fmt: skip
-            tools[tool] = {key: statistics.median(v) for key, v in columns.items()}
+            runs = [column_values(r) for r in results if r.pattern == pattern and r.tool == tool]
+            tools[tool] = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
     return table
 
 
@@ -453,28 +453,37 @@ def print_table(table: dict[str, dict[str, dict[str, float]]]) -> None:
             print(f"{pattern if tool != 'ratio' else '':24} {tool:7} {cells}")
 
 
-def targets(table: dict[str, dict[str, dict[str, float]]],
-            patterns: list[Pattern]) -> list[dict]:  # fmt: skip
-    """The issue's targets that this run's table answers, each against fio's
-    same pattern. A synchronous `read_batch` has none: it returns when its
-    slowest read does, so the queue drains at every call; back to back, a
-    loader keeps it full with `read_batch_async` (the "async" rows)."""
+def targets(results: list[Result], patterns: list[Pattern]) -> list[dict]:
+    """The issue's targets that this run answers, each the median of ours
+    against fio's median for the same pattern, with the range of the
+    rounds' own ratios. A synchronous `read_batch` has none: it returns
+    when its slowest read does, so the queue drains at every call; back to
+    back, a loader keeps it full with `read_batch_async` (the "async" rows)."""
+    table = summarize(results)
     found = []
     for pattern in patterns:
         tools = table.get(pattern.name, {})
         if "fio" not in tools or "pyinit" not in tools:
             continue
         ours, fio = tools["pyinit"], tools["fio"]
-        wanted = []  # (what, our figure, fio's, need, at least)
+        wanted = []  # (what, column, need, at least)
         random_4k = pattern.rw == "randread" and pattern.block_size == 4096
         if random_4k and pattern.depth >= 32 and pattern.api != "batch":
-            wanted.append(("IOPS", ours["iops"], fio["iops"], 1.0, True))
+            wanted.append(("IOPS", "iops", 1.0, True))
             if pattern.jobs == 1 and pattern.api in ("async", "stream"):
-                wanted.append(("p50", ours["p50_us"], fio["p50_us"], 1.1, False))
+                wanted.append(("p50", "p50_us", 1.1, False))
         elif pattern.rw == "read" and pattern.block_size == 1 << 20 and pattern.depth == 4:
-            wanted.append(("GB/s", ours["gb_s"], fio["gb_s"], 1.0, True))
-        found += [ratio_target(f"{pattern.name} {what} / fio's", mine, theirs, need, higher)
-                  for what, mine, theirs, need, higher in wanted if theirs > 0]  # fmt: skip
+            wanted.append(("GB/s", "gb_s", 1.0, True))
+        runs = {tool: [column_values(r) for r in results
+                       if r.pattern == pattern.name and r.tool == tool]
+                for tool in ("pyinit", "fio")}  # fmt: skip
+        for what, key, need, higher in wanted:
+            if fio[key] <= 0:
+                continue
+            pairs = zip(runs["pyinit"], runs["fio"], strict=False)
+            rounds = [mine[key] / theirs[key] for mine, theirs in pairs if theirs[key] > 0]
+            found.append(ratio_target(f"{pattern.name} {what} / fio's", ours[key], fio[key],
+                                      need, higher, rounds=rounds))  # fmt: skip
     return found
 
 
@@ -555,7 +564,7 @@ def main(args: argparse.Namespace) -> int:
         print("pyinit bench io: page cache not dropped (needs root)", file=sys.stderr)
     table = summarize(results)
     print_table(table)
-    met = targets(table, patterns)
+    met = targets(results, patterns)
     print_targets(met)
     kind = f"loop device over a {human_bytes(args.loop)} file" if args.loop else target
     document = {"machine": args.machine, "date": time.strftime("%Y-%m-%d"), "target_kind": kind,
