@@ -540,6 +540,31 @@ def test_a_peer_sending_a_byte_at_a_time_is_no_answer():
         server.close()
 
 
+def test_silent_hosts_are_asked_at_once_beside_the_others():
+    """A node asked the others one after the other, each for up to its
+    limit: every host that was down (silence, no reset) added a whole limit
+    to each round, delaying the watch over every node and the run's end."""
+    from pyinit.run.liveness import Liveness
+
+    live = Liveness("127.0.0.1", 0)
+    port = live.port = live._sock.getsockname()[1]
+    live.start()
+    # Two hosts whose port takes the connection and never answers, and one refusing.
+    silent = [socket.create_server((f"127.0.0.{n}", port)) for n in (2, 3)]
+    own = Liveness("127.0.0.5", port)
+    try:
+        addresses = ["127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]
+        began = time.monotonic()
+        assert own.unreachable(addresses, 4) == [1, 2, 3]  # within 2 s for all
+        assert time.monotonic() - began < 3.5  # one after the other: 4 s and more
+        assert own._ask_peers(addresses, 4, 2.0)[0] == b"alive\n"
+    finally:
+        for server in silent:
+            server.close()
+        own.close()
+        live.close()
+
+
 def test_a_peer_stall_verdict_is_taken():
     from pyinit.run.liveness import stall_verdict
 

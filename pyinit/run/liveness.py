@@ -6,11 +6,13 @@ serves this node's stall verdict, so every node names the rank that stalled."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import selectors
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -120,13 +122,10 @@ class Liveness:
 
     def _ask_peers(self, addresses: Sequence[str], own_rank: int,
                    timeout_s: float) -> dict[int, bytes | None]:  # fmt: skip
-        """Every other node's answer on its liveness port (None: no answer)."""
-        answers: dict[int, bytes | None] = {}
-        for rank, address in enumerate(addresses):
-            if rank == own_rank:
-                continue
-            answers[rank] = _ask(address, self.port, timeout_s)
-        return answers
+        """Every other node's answer on its liveness port (None: no answer),
+        all asked at once: within timeout_s however many are silent."""
+        peers = {rank: address for rank, address in enumerate(addresses) if rank != own_rank}
+        return _ask_all(peers, self.port, timeout_s)
 
     def new_peer_stalls(self, addresses: Sequence[str], own_rank: int) -> list[dict[str, Any]]:
         """Each other node's stall verdict not seen before (asked once each)."""
@@ -207,27 +206,78 @@ class Liveness:
         self._sock.close()
 
 
-def _ask(address: str, port: int, limit_s: float) -> bytes | None:
-    """A node's answer, its first line (b"" for a port that closes at once),
-    or None when none came whole within limit_s in all: a peer (another
-    program on that port) sending a byte at a time must not hold up the
-    watch, nor the end of the run that asks who is gone."""
-    deadline, answer = time.monotonic() + limit_s, b""
-    try:
-        with socket.create_connection((address, port), timeout=limit_s) as conn:
-            while b"\n" not in answer and len(answer) < MAX_ANSWER:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return None
-                conn.settimeout(left)
-                chunk = conn.recv(MAX_ANSWER - len(answer))
-                if not chunk:
-                    break
-                answer += chunk
-    except OSError:
-        return None
-    line, newline, _ = answer.partition(b"\n")
-    return line + newline
+# Peers asked at once, each a descriptor: a node of a large job asks the rest in
+# groups of this many, each group within the ask's limit.
+ASK_AT_ONCE = 256
+
+
+def _ask_all(peers: Mapping[int, str], port: int, limit_s: float) -> dict[int, bytes | None]:
+    """Each peer's answer (rank: address), its first line (b"" for a port
+    that closes at once), or None when none came whole within limit_s: a
+    host that is down (no reset, only silence) or a peer (another program on
+    that port) sending a byte at a time must not hold up the watch, nor the
+    end of the run that asks who is gone, and one silent node must not
+    delay the asking of the others."""
+    answers: dict[int, bytes | None] = {}
+    ranks = list(peers)
+    for first in range(0, len(ranks), ASK_AT_ONCE):
+        group = {rank: peers[rank] for rank in ranks[first : first + ASK_AT_ONCE]}
+        answers.update(_ask_group(group, port, limit_s))
+    return answers
+
+
+def _ask_group(peers: Mapping[int, str], port: int, limit_s: float) -> dict[int, bytes | None]:
+    deadline = time.monotonic() + limit_s
+    answers: dict[int, bytes | None] = dict.fromkeys(peers)
+    received: dict[int, bytes] = {}
+    with selectors.DefaultSelector() as selector:
+        for rank, address in peers.items():
+            family = socket.AF_INET6 if ":" in address else socket.AF_INET
+            try:
+                conn = socket.socket(family, socket.SOCK_STREAM)
+            except OSError:
+                continue
+            conn.setblocking(False)
+            try:
+                started = conn.connect_ex((address, port)) in (0, errno.EINPROGRESS)
+            except OSError:  # an address the kernel cannot take
+                started = False
+            if not started:  # refused at once, or no route
+                conn.close()
+                continue
+            received[rank] = b""
+            selector.register(conn, selectors.EVENT_WRITE, rank)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            for key, events in selector.select(left):
+                conn, rank = key.fileobj, key.data
+                if events & selectors.EVENT_WRITE:  # connected, or failed to
+                    if conn.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+                        selector.unregister(conn)
+                        conn.close()
+                    else:
+                        selector.modify(conn, selectors.EVENT_READ, rank)
+                    continue
+                try:
+                    chunk = conn.recv(MAX_ANSWER - len(received[rank]))
+                except BlockingIOError:
+                    continue
+                except OSError:  # reset: no answer
+                    selector.unregister(conn)
+                    conn.close()
+                    continue
+                received[rank] += chunk
+                if chunk and b"\n" not in received[rank] and len(received[rank]) < MAX_ANSWER:
+                    continue
+                line, newline, _ = received[rank].partition(b"\n")
+                answers[rank] = line + newline
+                selector.unregister(conn)
+                conn.close()
+        for key in list(selector.get_map().values()):  # past the limit: no answer
+            key.fileobj.close()
+    return answers
 
 
 def stall_verdict(line: bytes | None) -> dict[str, Any] | None:
