@@ -31,6 +31,7 @@ with torch's weights-only unpickler.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import io
 import math
 import os
@@ -39,7 +40,9 @@ import queue
 import re
 import shutil
 import threading
+import time
 import uuid
+import weakref
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -118,6 +121,56 @@ def staging_folder(path: str) -> str:
     """Where a save of `path` is written before it is published."""
     parent, name = os.path.split(os.path.abspath(path))
     return os.path.join(parent, f".{name}.saving")
+
+
+STAGING_NAME = re.compile(r"\..+\.saving")
+# A staging folder younger than this is left by a sweep even when unlocked: a save
+# creates its folder first and locks it just after.
+SWEEP_AFTER_S = 60.0
+
+
+def _lock(folder: str, exclusive: bool) -> int | None:
+    """`folder` opened and locked (flock), its descriptor; None where the
+    filesystem takes no locks. An exclusive lock is only tried:
+    BlockingIOError when another process holds one that conflicts. A
+    shared one waits for a sweep's look at the folder. OSError when the
+    folder cannot be opened."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB if exclusive else fcntl.LOCK_SH)
+    except BlockingIOError:
+        os.close(fd)
+        raise
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def sweep_abandoned_saves(parent: str) -> None:
+    """Removes the staging folders in `parent` that no save holds: those of
+    saves that failed or were killed. Checkpoints are usually saved to a
+    new folder each time (``step-200`` after ``step-100``), so no later save
+    of the same path would remove them, and on a full disk what one holds
+    would fail the next save too. A save under way holds its folder's lock
+    (a shared flock, taken by the coordinator until it publishes or drops
+    the save), and a folder younger than SWEEP_AFTER_S may be one about to
+    be locked; where the filesystem takes no locks, nothing is removed."""
+    for name in os.listdir(parent):
+        if not STAGING_NAME.fullmatch(name):
+            continue
+        folder = os.path.join(parent, name)
+        try:
+            fd = _lock(folder, exclusive=True)
+        except OSError:  # held by a save under way, gone meanwhile, or not a folder
+            continue
+        if fd is None:  # no locks here: a save under way cannot be told apart
+            continue
+        try:
+            if time.time() - os.fstat(fd).st_ctime >= SWEEP_AFTER_S:
+                shutil.rmtree(folder, ignore_errors=True)
+        finally:
+            os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -250,14 +303,26 @@ class DirectStorageWriter(_Folder, StorageWriter):
         self.path = os.fspath(path) if path is not None else ""
         self.queue_depth = queue_depth
         self.save_id = uuid.uuid4().hex
+        # The coordinator's lock on the staging folder while its save is under way
+        # (see sweep_abandoned_saves); closed when the writer is dropped.
+        self._held: weakref.finalize | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_held": None}  # a lock stays with its process
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
+        self._release()  # the save before, if it failed, is over
         if checkpoint_id:
             self.path = os.fspath(checkpoint_id)
         if not self.path:
             raise ValueError("DirectStorageWriter needs a path: DirectStorageWriter(path) or "
                              "dcp.save(..., checkpoint_id=path)")  # fmt: skip
         self.save_id = uuid.uuid4().hex
+
+    def _release(self) -> None:
+        if self._held is not None:
+            self._held()
+            self._held = None
 
     def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
         """Nothing per rank: the plan names each rank's file (prepare_global_plan)."""
@@ -275,10 +340,14 @@ class DirectStorageWriter(_Folder, StorageWriter):
             if os.listdir(self.path) and not os.path.exists(os.path.join(self.path, METADATA)):
                 raise InputError(f"holds files and no {METADATA}: not a checkpoint to replace "
                                  "(save into a new folder)", file=self.path)  # fmt: skip
-        # A fresh staging folder (a killed save's is dropped).
         staged = staging_folder(self.path)
-        shutil.rmtree(staged, ignore_errors=True)
+        shutil.rmtree(staged, ignore_errors=True)  # a failed or killed save's
         os.makedirs(staged)
+        # Held until this save is published or dropped: other saves' sweeps leave it.
+        fd = _lock(staged, exclusive=False)
+        if fd is not None:
+            self._held = weakref.finalize(self, os.close, fd)
+            sweep_abandoned_saves(os.path.dirname(staged))
         return [dataclasses.replace(plan, storage_data=_StoragePrefix(f"__{i}_"))
                 for i, plan in enumerate(plans)]  # fmt: skip
 
@@ -286,8 +355,12 @@ class DirectStorageWriter(_Folder, StorageWriter):
         staged = staging_folder(self.path)
         name = f"{plan.storage_data.prefix}0{SUFFIX}"
         with phase("checkpoint save") as detail:
-            results = _write_rank_file(os.path.join(staged, name), name, plan.items, planner,
-                                       self.queue_depth)  # fmt: skip
+            try:
+                results = _write_rank_file(os.path.join(staged, name), name, plan.items,
+                                           planner, self.queue_depth)  # fmt: skip
+            except BaseException:
+                self._release()  # the save fails on every rank: its folder is abandoned
+                raise
             detail.update(path=self.path, bytes=sum(r.size_in_bytes for r in results), dcp=True)
         future: Future[list[WriteResult]] = Future()
         future.set_result(results)
@@ -308,7 +381,9 @@ class DirectStorageWriter(_Folder, StorageWriter):
         metadata.version = DCP_VERSION
         # The metadata last: a folder that has it has everything it names.
         write_file(os.path.join(staged, METADATA), pickle.dumps(metadata))
-        if publish_directory(staged, self.path):
+        exchanged = publish_directory(staged, self.path)
+        self._release()
+        if exchanged:
             shutil.rmtree(staged)  # the previous version, exchanged out
 
     def storage_meta(self) -> StorageMeta | None:
