@@ -338,6 +338,9 @@ def test_a_later_save_removes_abandoned_saves_folders_but_not_one_under_way(
     staging folders beside it that no save holds and that are a minute old."""
     from pyinit.checkpoint import dcp as ours
 
+    users = folder / ".notes.saving"  # a name like ours, and a user's files in it
+    users.mkdir()
+    (users / "todo.txt").write_text("keep")
     failed = subprocess.run([sys.executable, "-c", FAILING_SAVE, str(folder / "step-1")],
                             capture_output=True, text=True)  # fmt: skip
     assert failed.returncode == 1 and "cannot be saved" in failed.stderr
@@ -358,7 +361,8 @@ def test_a_later_save_removes_abandoned_saves_folders_but_not_one_under_way(
         under_way.wait()
         under_way.stdout.close()
     dcp.save(state(), storage_writer=DirectStorageWriter(folder / "step-5"))
-    assert sorted(os.listdir(folder)) == ["step-3", "step-4", "step-5"]
+    assert sorted(os.listdir(folder)) == [".notes.saving", "step-3", "step-4", "step-5"]
+    assert (users / "todo.txt").read_text() == "keep"
     loaded = blank()
     dcp.load(loaded, storage_reader=DirectStorageReader(folder / "step-5"))
     assert same(loaded, state())

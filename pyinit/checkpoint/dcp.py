@@ -124,6 +124,10 @@ def staging_folder(path: str) -> str:
 
 
 STAGING_NAME = re.compile(r"\..+\.saving")
+# What a staging folder holds: rank files, the metadata, a writer's hidden temporary
+# (pyinit.io's, where the filesystem has no O_TMPFILE). A folder of anything else is
+# not one of ours, whatever its name, and is never swept.
+STAGED_FILE = re.compile(r"__\d+_\d+\.distcp|\.metadata|\..+\.pod-init-\d+-\d+")
 # A staging folder younger than this is left by a sweep even when unlocked: a save
 # creates its folder first and locks it just after.
 SWEEP_AFTER_S = 60.0
@@ -155,7 +159,8 @@ def sweep_abandoned_saves(parent: str) -> None:
     would fail the next save too. A save under way holds its folder's lock
     (a shared flock, taken by the coordinator until it publishes or drops
     the save), and a folder younger than SWEEP_AFTER_S may be one about to
-    be locked; where the filesystem takes no locks, nothing is removed."""
+    be locked; where the filesystem takes no locks, nothing is removed,
+    nor a folder holding anything a save does not write."""
     for name in os.listdir(parent):
         if not STAGING_NAME.fullmatch(name):
             continue
@@ -167,7 +172,8 @@ def sweep_abandoned_saves(parent: str) -> None:
         if fd is None:  # no locks here: a save under way cannot be told apart
             continue
         try:
-            if time.time() - os.fstat(fd).st_ctime >= SWEEP_AFTER_S:
+            old = time.time() - os.fstat(fd).st_ctime >= SWEEP_AFTER_S
+            if old and all(STAGED_FILE.fullmatch(entry) for entry in os.listdir(fd)):
                 shutil.rmtree(folder, ignore_errors=True)
         finally:
             os.close(fd)
