@@ -134,17 +134,14 @@ SWEEP_AFTER_S = 60.0
 
 
 def _lock(folder: str, exclusive: bool) -> int | None:
-    """`folder` opened and locked (flock), its descriptor; None where the
-    filesystem takes no locks. An exclusive lock is only tried:
-    BlockingIOError when another process holds one that conflicts. A
-    shared one waits for a sweep's look at the folder. OSError when the
+    """`folder` opened and locked (flock), its descriptor; None where it
+    cannot be locked: an exclusive lock is only tried, and fails while
+    another process holds one (a shared one waits for a sweep's look at
+    the folder), and the filesystem may take no locks. OSError when the
     folder cannot be opened."""
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB if exclusive else fcntl.LOCK_SH)
-    except BlockingIOError:
-        os.close(fd)
-        raise
     except OSError:
         os.close(fd)
         return None
@@ -167,9 +164,9 @@ def sweep_abandoned_saves(parent: str) -> None:
         folder = os.path.join(parent, name)
         try:
             fd = _lock(folder, exclusive=True)
-        except OSError:  # held by a save under way, gone meanwhile, or not a folder
+        except OSError:  # gone meanwhile, or not a folder
             continue
-        if fd is None:  # no locks here: a save under way cannot be told apart
+        if fd is None:  # held by a save under way, or no locks here to tell
             continue
         try:
             old = time.time() - os.fstat(fd).st_ctime >= SWEEP_AFTER_S
