@@ -341,6 +341,9 @@ def test_a_later_save_removes_abandoned_saves_folders_but_not_one_under_way(
     users = folder / ".notes.saving"  # a name like ours, and a user's files in it
     users.mkdir()
     (users / "todo.txt").write_text("keep")
+    odd = folder / ".odd.saving" / "__0_0.distcp"  # a rank file's name, but a folder
+    odd.mkdir(parents=True)
+    (odd / "todo.txt").write_text("keep")
     failed = subprocess.run([sys.executable, "-c", FAILING_SAVE, str(folder / "step-1")],
                             capture_output=True, text=True)  # fmt: skip
     assert failed.returncode == 1 and "cannot be saved" in failed.stderr
@@ -361,8 +364,9 @@ def test_a_later_save_removes_abandoned_saves_folders_but_not_one_under_way(
         under_way.wait()
         under_way.stdout.close()
     dcp.save(state(), storage_writer=DirectStorageWriter(folder / "step-5"))
-    assert sorted(os.listdir(folder)) == [".notes.saving", "step-3", "step-4", "step-5"]
-    assert (users / "todo.txt").read_text() == "keep"
+    assert sorted(os.listdir(folder)) == [".notes.saving", ".odd.saving", "step-3", "step-4",
+                                          "step-5"]  # fmt: skip
+    assert (users / "todo.txt").read_text() == (odd / "todo.txt").read_text() == "keep"
     loaded = blank()
     dcp.load(loaded, storage_reader=DirectStorageReader(folder / "step-5"))
     assert same(loaded, state())

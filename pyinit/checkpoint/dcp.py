@@ -124,9 +124,9 @@ def staging_folder(path: str) -> str:
 
 
 STAGING_NAME = re.compile(r"\..+\.saving")
-# What a staging folder holds: rank files, the metadata, a writer's hidden temporary
-# (pyinit.io's, where the filesystem has no O_TMPFILE). A folder of anything else is
-# not one of ours, whatever its name, and is never swept.
+# What a staging folder holds, each a file: rank files, the metadata, a writer's
+# hidden temporary (pyinit.io's, where the filesystem has no O_TMPFILE). A folder of
+# anything else is not one of ours, whatever its name, and is never swept.
 STAGED_FILE = re.compile(r"__\d+_\d+\.distcp|\.metadata|\..+\.pod-init-\d+-\d+")
 # A staging folder younger than this is left by a sweep even when unlocked: a save
 # creates its folder first and locks it just after.
@@ -170,7 +170,12 @@ def sweep_abandoned_saves(parent: str) -> None:
             continue
         try:
             old = time.time() - os.fstat(fd).st_ctime >= SWEEP_AFTER_S
-            if old and all(STAGED_FILE.fullmatch(entry) for entry in os.listdir(fd)):
+            with os.scandir(fd) as entries:
+                ours = all(
+                    entry.is_file(follow_symlinks=False) and STAGED_FILE.fullmatch(entry.name)
+                    for entry in entries
+                )
+            if old and ours:
                 shutil.rmtree(folder, ignore_errors=True)
         finally:
             os.close(fd)
