@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['CHECKSUM_ATTRIBUTE', 'DirectReader', 'DirectWriter', 'FileSnapshot', 'MAX_CHANNELS', 'MAX_EXPECTED_GPUS', 'MAX_HOSTS', 'MAX_QUEUE_DEPTH', 'NcclConfig', 'NodeList', 'NvmlGpus', 'ReadStream', 'Topology', 'aligned_empty', 'become_subreaper', 'crc32c', 'crc32c_combine', 'die_with_parent', 'end_children', 'expand_nodelist', 'io_priority', 'load_node_list', 'load_topology', 'map_file', 'memory_stats', 'nccl_config', 'populate', 'publish_directory', 'read_boot_id', 'scan_topology', 'set_arguments_shown', 'set_io_priority', 'supervise', 'tuning_table_rules']
+__all__: list[str] = ['CHECKSUM_ATTRIBUTE', 'DirectReader', 'DirectWriter', 'FileSnapshot', 'MAX_CHANNELS', 'MAX_EXPECTED_GPUS', 'MAX_HOSTS', 'MAX_QUEUE_DEPTH', 'NcclConfig', 'NodeList', 'NvmlGpus', 'ReadStream', 'Topology', 'aligned_empty', 'become_subreaper', 'crc32c', 'crc32c_combine', 'die_with_parent', 'end_children', 'expand_nodelist', 'io_priority', 'load_node_list', 'load_topology', 'map_file', 'memory_stats', 'nccl_config', 'populate', 'publish_directory', 'read_boot_id', 'route_to', 'scan_topology', 'set_arguments_shown', 'set_io_priority', 'supervise', 'tuning_table_rules']
 class Topology:
     def expect_gpus(self, count: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
@@ -388,6 +388,10 @@ def publish_directory(staged: str, target: str) -> bool:
 def read_boot_id(proc_root: str = '/proc') -> str:
     """
     This boot's id (/proc/sys/kernel/random/boot_id), as PID 1 records it; '' when the kernel does not say.
+    """
+def route_to(address: str) -> tuple[str, str]:
+    """
+    (interface, source address) this host reaches `address` (an IP address) through, the kernel's choice for a connection to it (nothing is sent); with "", the default route's. OSError without a route (ENETUNREACH) or when the source address is on no interface.
     """
 def scan_topology(sysfs_root: str = '/sys', expect_gpus: typing.SupportsInt | typing.SupportsIndex = -1, probe_bar0: bool = True) -> Topology:
     """

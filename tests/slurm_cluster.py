@@ -9,6 +9,8 @@ name), and munge for their credentials. Root only.
 The controller listens on the bridge (10.78.T.1); node i is `node{i}` at
 10.78.T.(i + 2), with a hosts file bind-mounted over /etc/hosts in its mount
 namespace, so job steps resolve the nodes' names as a real cluster's would.
+With `debian_hosts`, each node's file first maps the node's own name to
+127.0.1.1, the line Debian's installer writes for the host's name.
 Job steps run as root, tracked by process (proctrack/linuxproc), no cgroups.
 """
 
@@ -34,12 +36,14 @@ SETS = itertools.count()
 
 class SlurmCluster:
     def __init__(self, folder: Path, count: int, health_program: str | None = None,
-                 health_interval: int = 0, subnet: int | None = None):  # fmt: skip
+                 health_interval: int = 0, subnet: int | None = None,
+                 debian_hosts: bool = False):  # fmt: skip
         self.folder = Path(folder)
         self.count = count
         self.health_program = health_program
         self.health_interval = health_interval
         self.subnet = subnet if subnet is not None else 78 + next(SETS) % 100
+        self.debian_hosts = debian_hosts
         self.tag = f"sl{os.getpid() % 10000}x{self.subnet}"
         self.names = [f"node{i}" for i in range(count)]
         self.addresses = [f"10.{self.subnet}.0.{i + 2}" for i in range(count)]
@@ -76,6 +80,10 @@ class SlurmCluster:
         hosts = ["127.0.0.1 localhost", f"{self.controller} ctl"]
         hosts += [f"{a} {n}" for a, n in zip(self.addresses, self.names, strict=True)]
         (self.folder / "hosts").write_text("\n".join(hosts) + "\n")
+        for name in self.names:
+            own = [f"127.0.1.1 {name}"] if self.debian_hosts else []
+            lines = hosts[:1] + own + hosts[1:]
+            (self.folder / f"hosts-{name}").write_text("\n".join(lines) + "\n")
         self.conf.write_text(self.config())
         self._daemons.append(self._spawn(None, "ctl", "slurmctld"))
         for ns, name in zip(self.namespaces, self.names, strict=True):
@@ -120,7 +128,8 @@ class SlurmCluster:
     def _spawn(self, namespace: str | None, hostname: str, daemon: str) -> subprocess.Popen:
         # Its own host name and /etc/hosts; nsenter keeps the host's mounts
         # (/sys/fs/cgroup among them, which slurmd checks), unlike `ip netns exec`.
-        inner = (f"hostname {hostname} && mount --bind {self.folder}/hosts /etc/hosts && "
+        hosts = self.folder / (f"hosts-{hostname}" if namespace else "hosts")
+        inner = (f"hostname {hostname} && mount --bind {hosts} /etc/hosts && "
                  f"exec {daemon} -D")  # fmt: skip
         command = ["unshare", "--uts", "--mount", "sh", "-c", inner]
         if namespace:

@@ -560,7 +560,7 @@ def test_a_killed_node_ends_the_others_and_is_named(node_runs, three_namespaces,
     for ns in three_namespaces[:2]:
         end = events(tmp_path / ns)[-1]
         assert end["event"] == "end" and end["status"] != 0
-        assert end["unreachable_nodes"] == [{"rank": 2, "address": NODES[2]}], end
+        assert end["unreachable_nodes"] == [{"rank": 2, "name": NODES[2], "address": NODES[2]}]
     assert progress.exists()
 
 
@@ -604,7 +604,7 @@ def test_a_killed_node_ends_ranks_that_never_hear_of_it(node_runs, three_namespa
         lost = [e for e in log if e["event"] == "node lost"]
         assert [(e["rank"], e["address"]) for e in lost] == [(2, NODES[2])], log
         assert lost[0]["silent_s"] >= LOST_AFTER_S
-        assert log[-1]["unreachable_nodes"] == [{"rank": 2, "address": NODES[2]}]
+        assert log[-1]["unreachable_nodes"] == [{"rank": 2, "name": NODES[2], "address": NODES[2]}]
 
 
 def test_a_node_is_gone_once_silent_after_the_workers_started_unless_it_ended_well(monkeypatch):
@@ -676,22 +676,55 @@ def test_eight_nodes_join_sum_and_name_a_killed_one(node_runs, eight_namespaces,
     for ns in eight_namespaces[:7]:
         end = events(tmp_path / ns)[-1]
         assert end["event"] == "end" and end["status"] != 0
-        assert end["unreachable_nodes"] == [{"rank": 7, "address": addresses[7]}], end
+        assert end["unreachable_nodes"] == [
+            {"rank": 7, "name": addresses[7], "address": addresses[7]}
+        ], end
 
 
 def test_nodes_from_slurm_and_from_the_environment(monkeypatch):
     import socket
 
+    from pyinit.run import nodes
     from pyinit.run.nodes import find_nodes
 
     with pytest.raises(ValueError, match=r"the master 'pyinit-no-such-node\.invalid' does not"):
         find_nodes(None, {"SLURM_JOB_NODELIST": "pyinit-no-such-node.invalid"})
+    with pytest.raises(ValueError, match=r"node 1 'pyinit-no-such-node\.invalid' does not"):
+        find_nodes(None, {"SLURM_JOB_NODELIST": "localhost,pyinit-no-such-node.invalid"})
+    table = {b"gpu07": "10.9.0.7", b"gpu08": "10.9.0.8", b"gpu09": "10.9.0.9"}
     resolved = []
-    monkeypatch.setattr(socket, "getaddrinfo", lambda name, *a, **k: resolved.append(name))
+
+    def getaddrinfo(name, *args, **kwargs):
+        resolved.append(name)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (table[name], 0))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(socket, "gethostname", lambda: "gpu09")
     slurm = find_nodes(None, {"SLURM_JOB_NODELIST": "gpu[07-09]", "SLURM_NODEID": "2",
                               "SLURM_NNODES": "3"})  # fmt: skip
-    assert resolved == ["gpu07"]  # the master, once, up front
-    assert (slurm.count, slurm.rank, slurm.master, slurm.source) == (3, 2, "gpu07", "slurm")
+    # Every node, once, up front (this host's name for gloo's sake): the watches that
+    # ask every node each second ask no name server.
+    assert sorted(resolved) == [b"gpu07", b"gpu08", b"gpu09", b"gpu09"]
+    assert (slurm.count, slurm.rank, slurm.master, slurm.source) == (3, 2, "10.9.0.7", "slurm")
+    assert slurm.names == ("gpu07", "gpu08", "gpu09")
+    assert slurm.addresses == ("10.9.0.7", "10.9.0.8", "10.9.0.9")
+    assert (slurm.listen, slurm.interface) == ("10.9.0.9", "")  # gloo finds its own
+    # Debian's "127.0.1.1 HOSTNAME": every address for this node's sockets, and the
+    # interface of the route to the master for gloo.
+    table[b"gpu09"] = "127.0.1.1"
+    monkeypatch.setattr(nodes._native, "route_to", lambda to: ("ib0", "10.9.0.9"))
+    slurm = find_nodes(None, {"SLURM_JOB_NODELIST": "gpu[07-09]", "SLURM_NODEID": "2"})
+    assert (slurm.listen, slurm.interface) == ("", "ib0")
+    with pytest.raises(ValueError, match=r"node 2 'gpu09' resolves to 127\.0\.1\.1 here, a "):
+        find_nodes(None, {"SLURM_JOB_NODELIST": "gpu[07-09]", "SLURM_NODEID": "0"})
+    with pytest.raises(ValueError, match=r"SLURM_NNODES=4, but SLURM_JOB_NODELIST names 3 nodes"):
+        find_nodes(None, {"SLURM_JOB_NODELIST": "gpu[07-09]", "SLURM_NNODES": "4"})
+    table[b"10.1.0.5"] = "10.1.0.5"
+    table[b"gpu-master"] = "127.0.1.1"
+    master = find_nodes(None, {"MASTER_ADDR": "gpu-master", "NODE_RANK": "0", "NNODES": "2"})
+    assert (master.master, master.listen) == ("gpu-master", "")
+    master = find_nodes(None, {"MASTER_ADDR": "10.1.0.5", "NODE_RANK": "0", "NNODES": "2"})
+    assert (master.master, master.listen) == ("10.1.0.5", "10.1.0.5")
     env = find_nodes(None, {"MASTER_ADDR": "10.1.0.5", "NODE_RANK": "1", "NNODES": "4"})
     assert (env.count, env.rank, env.master, env.source) == (4, 1, "10.1.0.5", "environment")
     operator = find_nodes(None, {"MASTER_ADDR": "10.1.0.5", "GROUP_RANK": "3", "WORLD_SIZE": "4"})
@@ -701,6 +734,15 @@ def test_nodes_from_slurm_and_from_the_environment(monkeypatch):
         find_nodes(None, {"SLURM_JOB_NODELIST": "n[1-3]", "SLURM_NODEID": "5"})
     with pytest.raises(ValueError, match="NNODES='two' is not a whole number"):
         find_nodes(None, {"MASTER_ADDR": "10.1.0.5", "NNODES": "two"})
+
+
+def test_the_route_to_an_address_names_its_interface_and_source_address():
+    from pyinit import _native
+
+    assert _native.route_to("127.0.0.1") == ("lo", "127.0.0.1")
+    assert _native.route_to("127.0.1.1") == ("lo", "127.0.0.1")
+    with pytest.raises(ValueError, match="not an IP address: gpu07"):
+        _native.route_to("gpu07")
 
 
 def test_strict_preflight_refuses_to_start(pyinit_bin, tmp_path):

@@ -33,18 +33,28 @@ def need_slurm() -> None:
         pytest.skip(f"no {', '.join(missing)} (./bootstrap test installs slurmctld slurmd munge)")
 
 
-def job_script(folder: Path, pyinit_bin: Path, shards: Path, steps: int, nodes: int) -> Path:
+def job_script(folder: Path, pyinit_bin: Path, shards: Path, steps: int, nodes: int,
+               options: str = "", script_options: str = "") -> Path:  # fmt: skip
     """A batch job: one pyinit run per node through srun, each with its run folder."""
     script = folder / "job.sh"
     runs = folder / "runs"
     command = (f"exec {pyinit_bin} run --nproc-per-node 1 --run-dir {runs}/$SLURMD_NODENAME "
-               f"-- {EXAMPLE} --data {shards} --steps {steps} {' '.join(TINY)}")  # fmt: skip
+               f"{options} -- {EXAMPLE} --data {shards} --steps {steps} {' '.join(TINY)} "
+               f"{script_options}")  # fmt: skip
     script.write_text(
         "#!/bin/sh\n"
         f"#SBATCH --nodes={nodes} --ntasks-per-node=1 --output={folder}/job-%j.out\n"
         f"srun sh -c '{command}'\n"
     )
     return script
+
+
+def run_job(cluster: SlurmCluster, script: Path) -> str:
+    """The output of the batch job `script`, run to its end, which must be a success."""
+    done = cluster.run("sbatch", "--wait", "--parsable", script, check=False)
+    output = next(script.parent.glob("job-*.out")).read_text()
+    assert done.returncode == 0, output[-3000:]
+    return output
 
 
 def wait_for_steps(folder: Path, seconds: float) -> str:
@@ -77,20 +87,43 @@ def processes(cluster: SlurmCluster, node: int) -> list[tuple[int, str]]:
 def test_a_three_node_job_trains(pyinit_bin, shards, tmp_path):
     need_slurm()
     with SlurmCluster(tmp_path / "slurm", 3) as cluster:
-        script = job_script(tmp_path, pyinit_bin, shards, steps=10, nodes=3)
-        done = cluster.run("sbatch", "--wait", "--parsable", script, check=False)
-        output = next(tmp_path.glob("job-*.out")).read_text()
-        assert done.returncode == 0, output[-3000:]
+        output = run_job(cluster, job_script(tmp_path, pyinit_bin, shards, steps=10, nodes=3))
     assert "all-reduce: sum 6 over 3 ranks, expected 6" in output
     assert "step    10" in output
     for rank, name in enumerate(cluster.names):
         start = events(tmp_path / "runs" / name)[0]
         # Nodes, this node's rank and the master all from SLURM: no hostfile.
         assert start["nodes"]["source"] == "slurm" and start["nodes"]["rank"] == rank
-        assert start["nodes"]["addresses"] == cluster.names
+        assert start["nodes"]["names"] == cluster.names
+        assert start["nodes"]["addresses"] == cluster.addresses
+        assert start["nodes"]["listen"] == cluster.addresses[rank]
         spawn = next(e for e in events(tmp_path / "runs" / name) if e["event"] == "spawn")
         endpoint = spawn["command"][spawn["command"].index("--rdzv-endpoint") + 1]
-        assert endpoint.rsplit(":", 1)[0] in (cluster.names[0], cluster.addresses[0])
+        # The master's address, resolved once: torch's workers ask no name server either.
+        assert endpoint == f"{cluster.addresses[0]}:29500"
+
+
+def test_a_job_trains_where_each_node_maps_its_own_name_to_loopback(pyinit_bin, shards, tmp_path):
+    # Debian's installer writes "127.0.1.1 HOSTNAME" into /etc/hosts, so a node's own
+    # name resolves to a loopback address on that node and to its real one elsewhere.
+    # A store, liveness port or gloo bound there is out of the other nodes' reach.
+    need_slurm()
+    with SlurmCluster(tmp_path / "slurm", 2, debian_hosts=True) as cluster:
+        # 30 steps of 0.5 s: past the 10 s after which an unanswering node is lost.
+        output = run_job(cluster, job_script(tmp_path, pyinit_bin, shards, steps=30, nodes=2,
+                                             options="--join-timeout 60",
+                                             script_options="--slow-data 0.5"))  # fmt: skip
+    assert "all-reduce: sum 3 over 2 ranks, expected 3" in output
+    assert "step    30" in output
+    for rank, name in enumerate(cluster.names):
+        nodes = events(tmp_path / "runs" / name)[0]["nodes"]
+        assert nodes["names"] == cluster.names
+        # Its own name is a loopback address; the other's is the other's.
+        assert nodes["addresses"][rank] == "127.0.1.1", nodes
+        assert nodes["addresses"][1 - rank] == cluster.addresses[1 - rank], nodes
+        # So it listens on every address, and gloo takes the route's interface.
+        assert nodes["listen"] == "" and nodes["interface"], nodes
+        assert not [e for e in events(tmp_path / "runs" / name) if e["event"] == "node lost"]
 
 
 def test_a_sick_node_is_drained_with_the_checks_line_and_avoided(pyinit_bin, tmp_path):
@@ -167,7 +200,9 @@ def test_eight_nodes_join_and_name_a_killed_one(pyinit_bin, shards, tmp_path):
     for name in cluster.names[:7]:
         end = events(tmp_path / "runs" / name)[-1]
         assert end["event"] == "end" and end["status"] != 0, end
-        assert end["unreachable_nodes"] == [{"rank": 7, "address": "node7"}], end
+        assert end["unreachable_nodes"] == [
+            {"rank": 7, "name": "node7", "address": cluster.addresses[7]}
+        ], end
 
 
 def test_the_command_line_cluster_leaves_nothing_running(tmp_path):

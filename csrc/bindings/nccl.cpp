@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 #include <pybind11/typing.h>
 
+#include <cerrno>
 #include <map>
 #include <optional>
 #include <string>
@@ -13,6 +14,7 @@
 #include "common/error.hpp"
 #include "nccl/hostfile.hpp"
 #include "nccl/nccl_config.hpp"
+#include "nccl/netif.hpp"
 #include "nccl/tuner/tuning_table.hpp"
 
 namespace pod_init::bindings {
@@ -29,6 +31,21 @@ void bind_nccl(py::module_& m) {
         return names;
       },
       py::arg("nodelist"), "node[01-03],gpu-a -> [node01, node02, node03, gpu-a] (SLURM style).");
+
+  m.def(
+      "route_to",
+      [](const std::string& address) {
+        std::string interface, source;
+        int rc = pod_init::route_interface(address, &interface, &source);
+        if (rc == -EINVAL) throw pod_init::InputError("", 0, "not an IP address: " + address);
+        if (rc < 0) throw pod_init::SysError(-rc, "find the route to", address);
+        return py::make_tuple(interface, source);
+      },
+      py::arg("address"),
+      "(interface, source address) this host reaches `address` (an IP address) through, the "
+      "kernel's choice for a connection to it (nothing is sent); with \"\", the default "
+      "route's. OSError without a route (ENETUNREACH) or when the source address is on no "
+      "interface.");
 
   m.def(
       "tuning_table_rules",

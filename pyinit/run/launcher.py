@@ -155,12 +155,11 @@ def run(config: RunConfig, nvml_backend: Any = None, out: IO[str] = sys.stderr) 
     nodes = find_nodes(config.hostfile, {} if config.standalone else os.environ)
     # Bound before anything is written: a taken port or an address of a family
     # this host lacks is one line, with no run folder left behind.
-    rendezvous = store.bind(nodes.count, nodes.rank, nodes.master, config.master_port)
+    rendezvous = store.bind(nodes, config.master_port)
     liveness = None
     if nodes.count > 1 and nodes.source in ("hostfile", "slurm"):
-        # SLURM's addresses are its node names, resolved as the job's hosts resolve them.
         try:
-            liveness = Liveness(nodes.addresses[nodes.rank], rendezvous.port + 1)
+            liveness = Liveness(nodes.listen, rendezvous.port + 1)
         except OSError:
             rendezvous.close()
             raise
@@ -230,8 +229,9 @@ def prepare(config: RunConfig, nodes: Nodes, folder: Path, log: EventLog,
         env[store.FD_ENV] = str(rendezvous.listening.fileno())
     if "GLOO_SOCKET_IFNAME" not in env and (nodes.interface or nodes.count == 1):
         # Gloo finds its interface through the host name (DNS or /etc/hosts); the
-        # hostfile already says which address this node is, and one node alone
-        # needs only the loopback (a fresh boot may have no name that resolves).
+        # hostfile already says which address this node is, a host name on a loopback
+        # address would keep it from the other nodes, and one node alone needs only
+        # the loopback (a fresh boot may have no name that resolves).
         env["GLOO_SOCKET_IFNAME"] = nodes.interface or "lo"
     if gpus:
         configured = boottime()
@@ -333,8 +333,8 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
             def say_waiting(line: str) -> None:
                 say(f"pyinit run: {line}", out)
 
-            joins = JoinWatch(plan.status_dir / store.JOINED_FILE, liveness, nodes.addresses,
-                              nodes.rank, config.join_timeout, say_waiting)  # fmt: skip
+            joins = JoinWatch(plan.status_dir / store.JOINED_FILE, liveness, nodes,
+                              config.join_timeout, say_waiting)  # fmt: skip
             liveness.joined = joins.has_joined
             joins.start()
 
@@ -360,9 +360,10 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
                 # Its ranks are gone from every collective: this node's can only wait.
                 peer_lost = True
                 for rank, silent_s in lost:
-                    log.write("node lost", rank=rank, address=nodes.addresses[rank],
+                    log.write("node lost", rank=rank, name=nodes.names[rank],
+                              address=nodes.addresses[rank],
                               silent_s=round(silent_s, 1))  # fmt: skip
-                    say(f"pyinit run: node {rank} ({nodes.addresses[rank]}) has not answered "
+                    say(f"pyinit run: node {rank} ({nodes.names[rank]}) has not answered "
                         f"for {silent_s:.0f} s: ending this node's workers", out)  # fmt: skip
                 end_own_workers()
 
@@ -534,9 +535,11 @@ def conclude(plan: Plan, outcome: Outcome, out: IO[str]) -> int:
                 f"{config.join_timeout:g} s (--join-timeout)", out)  # fmt: skip
     elif status != 0 and liveness is not None:
         lost = liveness.unreachable(nodes.addresses, nodes.rank)
-        fields["unreachable_nodes"] = [{"rank": r, "address": nodes.addresses[r]} for r in lost]
+        fields["unreachable_nodes"] = [
+            {"rank": r, "name": nodes.names[r], "address": nodes.addresses[r]} for r in lost
+        ]
         for r in lost:
-            say(f"pyinit run: node {r} ({nodes.addresses[r]}) is gone", out)
+            say(f"pyinit run: node {r} ({nodes.names[r]}) is gone", out)
     if outcome.warm_ended:
         fields["warm_ended"] = outcome.warm_ended
     log.write("end", **fields)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pyinit.jsonfile import parse_json
+from pyinit.run.nodes import Nodes, endpoint, listen_at
 
 PEER_POLL_S = 1.0  # how often a run asks the other nodes how they are
 # How long one ask of the poll waits for a node's answer. A slow answer is a miss;
@@ -47,8 +48,8 @@ class Liveness:
     watchers read, so every node names the rank that stalled."""
 
     def __init__(self, address: str, port: int):
-        """Binds the port now (so a taken one fails before the run starts);
-        it answers once ``start`` runs."""
+        """Binds the port at `address` ("" for every address) now (so a taken
+        one fails before the run starts); it answers once ``start`` runs."""
         self.port = port
         self.stall: bytes | None = None  # this node's stall verdict, once there is one
         # Whether this node's agent has reached the rendezvous (set by its JoinWatch):
@@ -62,13 +63,11 @@ class Liveness:
         self._started_at: float | None = None  # when this node's workers were seen started
         self._ended_peers: set[int] = set()  # the nodes that said their run ended well
         self._lost: set[int] = set()  # the nodes found gone (each handed on once)
-        family = socket.AF_INET6 if ":" in address else socket.AF_INET
         try:
-            self._sock = socket.create_server((address, port), family=family, reuse_port=False)
+            self._sock = listen_at(address, port)
         except OSError as e:
-            shown = f"[{address}]:{port}" if family == socket.AF_INET6 else f"{address}:{port}"
-            raise OSError(e.errno, f"cannot listen on {shown}, this node's liveness port "
-                          f"(--master-port + 1): {e.strerror}") from None  # fmt: skip
+            raise OSError(e.errno, f"cannot listen on {endpoint(address, port)}, this node's "
+                          f"liveness port (--master-port + 1): {e.strerror}") from None  # fmt: skip
 
     def start(self) -> None:
         threading.Thread(target=self._serve, name="pyinit-liveness", daemon=True).start()
@@ -309,10 +308,10 @@ class JoinWatch:
     nodes and `expired` tells the supervisor, when this node's agent has not
     even got there (a preload or an import that hangs)."""
 
-    def __init__(self, joined: Path, liveness: Liveness, addresses: Sequence[str], rank: int,
-                 limit_s: float, say: Callable[[str], None]) -> None:  # fmt: skip
+    def __init__(self, joined: Path, liveness: Liveness, nodes: Nodes, limit_s: float,
+                 say: Callable[[str], None]) -> None:  # fmt: skip
         self.joined, self.liveness, self.limit_s, self.say = joined, liveness, limit_s, say
-        self.addresses, self.rank = addresses, rank
+        self.nodes, self.rank = nodes, nodes.rank
         self.missing_at_limit: list[str] = []  # `missing()` once the limit had passed
         self._done = threading.Event()
         self._expired = threading.Event()
@@ -337,7 +336,7 @@ class JoinWatch:
         answer, and those whose pyinit run answers but whose agent has not
         reached the rendezvous (node 0 serves it: answering, it has joined)."""
         silent, waiting = [], []
-        for rank, line in self.liveness._ask_peers(self.addresses, self.rank, 2.0).items():
+        for rank, line in self.liveness._ask_peers(self.nodes.addresses, self.rank, 2.0).items():
             if line is None:
                 silent.append(rank)
             elif rank != 0 and line not in (JOINED, ENDED) and stall_verdict(line) is None:
@@ -347,10 +346,10 @@ class JoinWatch:
         return sorted(silent), sorted(waiting)
 
     def node(self, rank: int) -> str:
-        return f"node {rank} ({self.addresses[rank]}{', this node' if rank == self.rank else ''})"
+        return f"node {rank} ({self.nodes.names[rank]}{', this node' if rank == self.rank else ''})"
 
     def missing(self) -> list[str]:
-        """'node K (ADDRESS)' for each node that has not joined (not_joined)."""
+        """'node K (NAME)' for each node that has not joined (not_joined)."""
         silent, waiting = self.not_joined()
         return [self.node(rank) for rank in sorted(silent + waiting)]
 

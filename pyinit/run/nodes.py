@@ -2,7 +2,15 @@
 (IP addresses, node 0 the master; this node found by its own addresses),
 SLURM (``SLURM_JOB_NODELIST``, ``SLURM_NODEID``, ``SLURM_NNODES``),
 ``MASTER_ADDR`` with ``NODE_RANK`` and ``NNODES`` (or ``WORLD_SIZE``), else
-this node alone."""
+this node alone.
+
+Names are resolved once, here: the run's watches ask every node every second
+and must not ask a name server each time. A node's own name that resolves to
+a loopback address on that node (Debian's installer writes ``127.0.1.1
+HOSTNAME`` into /etc/hosts; the other nodes resolve the name to its real
+address) is not where the other nodes reach it: it listens on every address
+then, as torch's own store does, and gloo, which finds its address through
+the host's name, is given the interface of the route to the other nodes."""
 
 from __future__ import annotations
 
@@ -19,10 +27,16 @@ from pyinit.errors import InputError
 class Nodes:
     count: int
     rank: int
-    master: str
+    master: str  # where this node reaches the rendezvous store
     source: str  # hostfile, slurm, environment, single
-    addresses: tuple[str, ...] = ()  # every node's address, when known
-    interface: str = ""  # the one holding this node's address (hostfile only)
+    addresses: tuple[str, ...] = ()  # every node's IP address as resolved here, when known
+    names: tuple[str, ...] = ()  # every node as the node list names it, for people to read
+    # Where this node's store (on the master) and liveness port listen: its own
+    # address, or "" for every address (its name is a loopback one here).
+    listen: str = ""
+    # The interface gloo is to use: the one holding this node's address (hostfile), or
+    # the route's to the other nodes where the host's name resolves to a loopback address.
+    interface: str = ""
     # The hostfile's node list as the core loaded it, handed to the NCCL builder as it is.
     native: Any = field(default=None, repr=False, compare=False)
 
@@ -37,7 +51,8 @@ def find_nodes(hostfile: str | None, env: Mapping[str, str]) -> Nodes:
         native = load_nodes(hostfile)  # read and resolved once for the whole run
         addresses = tuple(native.addresses)
         return Nodes(len(addresses), native.node_rank, addresses[0], "hostfile", addresses,
-                     native.interface, native)  # fmt: skip
+                     addresses, addresses[native.node_rank], native.interface,
+                     native)  # fmt: skip
     if "SLURM_JOB_NODELIST" in env:
         try:
             names = _native.expand_nodelist(env["SLURM_JOB_NODELIST"])
@@ -48,21 +63,123 @@ def find_nodes(hostfile: str | None, env: Mapping[str, str]) -> Nodes:
         count = _int_env(env, "SLURM_NNODES", len(names))
         rank = _int_env(env, "SLURM_NODEID", 0)
         _check_rank(rank, count, "SLURM_NODEID")
+        if count > len(names):
+            raise InputError(f"SLURM_NNODES={count}, but SLURM_JOB_NODELIST names "
+                             f"{len(names)} node{'s' if len(names) > 1 else ''}")  # fmt: skip
         # torchrun would retry an unresolvable master for minutes: find out now, once.
-        try:
-            socket.getaddrinfo(names[0], None, type=socket.SOCK_STREAM)
-        except (OSError, UnicodeError) as e:
-            reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-            raise InputError(
-                f"SLURM_JOB_NODELIST: the master {names[0]!r} does not resolve: {reason}"
-            ) from None
-        return Nodes(count, rank, names[0], "slurm", tuple(names))
+        addresses = _resolve_all(names)
+        listen, interface = addresses[rank], ""
+        if count > 1:
+            for number, address in enumerate(addresses):
+                if number != rank and _loopback(address):
+                    raise InputError(f"SLURM_JOB_NODELIST: node {number} {names[number]!r} "
+                                     f"resolves to {address} here, a loopback address: this "
+                                     "node could not reach it")  # fmt: skip
+            listen = "" if _loopback(listen) else listen
+            interface = _gloo_interface(addresses[1 if rank == 0 else 0])
+        return Nodes(count, rank, addresses[0], "slurm", tuple(addresses), tuple(names), listen,
+                     interface)  # fmt: skip
     if "MASTER_ADDR" in env:
         count = _int_env(env, "NNODES", _int_env(env, "WORLD_SIZE", 1))
         rank = _int_env(env, "NODE_RANK", _int_env(env, "GROUP_RANK", 0))
         _check_rank(rank, count, "NODE_RANK")
-        return Nodes(count, rank, env["MASTER_ADDR"], "environment")
-    return Nodes(1, 0, "127.0.0.1", "single", ("127.0.0.1",))
+        master = env["MASTER_ADDR"]
+        listen, interface = (master if rank == 0 else ""), ""
+        if count > 1:
+            try:
+                address = _address_of(master)
+            except (OSError, UnicodeError):
+                address = None  # binding or connecting says why, naming MASTER_ADDR
+            if address is not None and rank == 0 and _loopback(address):
+                listen = ""
+            elif address is not None and rank != 0:
+                interface = _gloo_interface(address)
+        return Nodes(count, rank, master, "environment", listen=listen, interface=interface)
+    return Nodes(1, 0, "127.0.0.1", "single", ("127.0.0.1",), ("127.0.0.1",), "127.0.0.1")
+
+
+def listen_at(address: str, port: int) -> socket.socket:
+    """A TCP socket listening on `port` (0: a free one) at `address` (an IP
+    address, or a name resolved here; "" for every address of this host, IPv4
+    and IPv6 where it has both). As torch's own listener, a port left in
+    TIME_WAIT by a run that just ended is free to take again. OSError where
+    it cannot listen."""
+    if address:
+        host = address.encode() if address.isascii() else address  # see _address_of
+        family, _, _, _, where = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    elif socket.has_dualstack_ipv6():
+        family, where = socket.AF_INET6, ("::", port)
+    else:
+        family, where = socket.AF_INET, ("0.0.0.0", port)
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if not address and family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(where)
+        sock.listen(socket.SOMAXCONN)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def endpoint(address: str, port: int) -> str:
+    """address:port as people write it: [IPv6]:port, *:port for every address."""
+    if not address:
+        return f"*:{port}"
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+def _address_of(name: str) -> str:
+    """The first address `name` resolves to here. OSError (gaierror) or
+    UnicodeError where it does not."""
+    # As bytes: a str name makes getaddrinfo load the IDNA codec (unicodedata and
+    # all) for names that are ASCII anyway, on every launch's path.
+    host = name.encode() if name.isascii() else name
+    return str(socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0])
+
+
+def _resolve_all(names: list[str]) -> list[str]:
+    """Every SLURM node name's address, asked at once (a slow name server is
+    paid once, not once per node). InputError naming the first that does not
+    resolve."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def resolve(name: str) -> str | BaseException:
+        try:
+            return _address_of(name)
+        except (OSError, UnicodeError) as e:
+            return e
+
+    with ThreadPoolExecutor(min(16, len(names)), thread_name_prefix="pyinit-resolve") as pool:
+        found = list(pool.map(resolve, names))
+    addresses = []
+    for number, (name, address) in enumerate(zip(names, found, strict=True)):
+        if isinstance(address, BaseException):
+            reason = address.strerror if isinstance(address, OSError) else None
+            which = "the master" if number == 0 else f"node {number}"
+            raise InputError(f"SLURM_JOB_NODELIST: {which} {name!r} does not resolve: "
+                             f"{reason or address}")  # fmt: skip
+        addresses.append(address)
+    return addresses
+
+
+def _loopback(address: str) -> bool:
+    return address.startswith("127.") or address == "::1"
+
+
+def _gloo_interface(towards: str) -> str:
+    """The interface gloo is to use where it would choose wrongly by itself:
+    it takes the address this host's name resolves to, and a name on a
+    loopback address (or none) leaves it out of the other nodes' reach. The
+    interface of this host's route towards `towards` (another node's address)
+    then; "" where gloo's own choice is right."""
+    try:
+        own = _address_of(socket.gethostname())
+    except (OSError, UnicodeError):
+        own = "127.0.0.1"
+    return _native.route_to(towards)[0] if _loopback(own) else ""
 
 
 def _int_env(env: Mapping[str, str], key: str, default: int) -> int:

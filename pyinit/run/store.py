@@ -6,7 +6,8 @@ own, registered in torch's handler registry as ``pyinit``.
 
 One node listens on the loopback alone, on a free port unless one is asked
 for; several nodes' master listens on its own address from the node list,
-not on every interface. The handler is torch's static rendezvous otherwise:
+not on every interface (unless its name is a loopback address there:
+``pyinit.run.nodes``). The handler is torch's static rendezvous otherwise:
 the same store, the same ranks, ``timeout`` as the join's limit; when the
 store is made (every node has joined, on the master) it leaves a mark for
 ``pyinit run``'s join watch."""
@@ -19,6 +20,8 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pyinit.run.nodes import Nodes, endpoint, listen_at
 
 BACKEND = "pyinit"
 FD_ENV = "PYINIT_STORE_FD"  # the listening socket's descriptor, in the agent
@@ -37,43 +40,35 @@ class Store:
 
     @property
     def endpoint(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        return endpoint(self.host, self.port)
 
     def close(self) -> None:
         if self.listening is not None:
             self.listening.close()
 
 
-def bind(count: int, rank: int, master: str, port: int | None) -> Store:
-    """The store of a run over `count` nodes, of which this is `rank`: bound
-    here when this node serves it (a single node, or the master). OSError
-    naming the address and the option when it cannot be bound."""
-    if count == 1:
-        host, port = "127.0.0.1", port or 0
+def bind(nodes: Nodes, port: int | None) -> Store:
+    """The store of the run over `nodes`: bound here when this node serves it
+    (a single node, or the master). OSError naming the address and the
+    option when it cannot be bound."""
+    if nodes.count == 1:
+        host = address = "127.0.0.1"
+        port = port or 0
     else:
-        host, port = master, port or DEFAULT_PORT
-        if rank != 0:
+        host, address = nodes.master, nodes.listen
+        port = port or DEFAULT_PORT
+        if nodes.rank != 0:
             return Store(host, port)
     try:
-        # As bytes: a str host makes getaddrinfo load the IDNA codec (unicodedata
-        # and all) for names that are ASCII anyway, on every launch's path.
-        name = host.encode() if host.isascii() else host
-        info = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM)[0]
-        listening = socket.socket(info[0], socket.SOCK_STREAM)
-        # As torch's own listener does: a port left in TIME_WAIT by a run that
-        # just ended is free to take again.
-        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listening.bind(info[4])
-        listening.listen(socket.SOMAXCONN)
+        listening = listen_at(address, port)
     except OSError as e:
-        shown = Store(host, port).endpoint
         why = e.strerror or str(e)
         hint = ""
         if e.errno == errno.EADDRINUSE:
             hint = (" (another run holds it: choose another with --master-port, or leave it "
                     "out on a single node for a free one)")  # fmt: skip
-        raise OSError(e.errno, f"cannot listen on {shown} for the rendezvous store: "
-                      f"{why}{hint}") from None  # fmt: skip
+        raise OSError(e.errno, f"cannot listen on {endpoint(address, port)} for the "
+                      f"rendezvous store: {why}{hint}") from None  # fmt: skip
     listening.set_inheritable(True)
     return Store(host, listening.getsockname()[1], listening)
 
