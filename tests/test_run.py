@@ -696,6 +696,8 @@ def test_nodes_from_slurm_and_from_the_environment(monkeypatch):
 
     def getaddrinfo(name, *args, **kwargs):
         resolved.append(name)
+        if name not in table:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (table[name], 0))]
 
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
@@ -719,6 +721,14 @@ def test_nodes_from_slurm_and_from_the_environment(monkeypatch):
         find_nodes(None, {"SLURM_JOB_NODELIST": "gpu[07-09]", "SLURM_NODEID": "0"})
     with pytest.raises(ValueError, match=r"SLURM_NNODES=4, but SLURM_JOB_NODELIST names 3 nodes"):
         find_nodes(None, {"SLURM_JOB_NODELIST": "gpu[07-09]", "SLURM_NNODES": "4"})
+    # A job step on part of the job's nodes: SLURM_NNODES and SLURM_NODEID count the step's.
+    table[b"gpu09"] = "10.9.0.9"
+    step = find_nodes(None, {"SLURM_JOB_NODELIST": "gpu[07-09]", "SLURM_STEP_NODELIST":
+                             "gpu[08-09]", "SLURM_NNODES": "2", "SLURM_NODEID": "0"})  # fmt: skip
+    assert (step.count, step.rank, step.master, step.names) == (2, 0, "10.9.0.8",
+                                                                ("gpu08", "gpu09"))  # fmt: skip
+    with pytest.raises(ValueError, match=r"SLURM_STEP_NODELIST: node 1 'gpu10' does not resolve"):
+        find_nodes(None, {"SLURM_JOB_NODELIST": "gpu[07-10]", "SLURM_STEP_NODELIST": "gpu[09-10]"})
     table[b"10.1.0.5"] = "10.1.0.5"
     table[b"gpu-master"] = "127.0.1.1"
     master = find_nodes(None, {"MASTER_ADDR": "gpu-master", "NODE_RANK": "0", "NNODES": "2"})

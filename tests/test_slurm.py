@@ -34,8 +34,9 @@ def need_slurm() -> None:
 
 
 def job_script(folder: Path, pyinit_bin: Path, shards: Path, steps: int, nodes: int,
-               options: str = "", script_options: str = "") -> Path:  # fmt: skip
-    """A batch job: one pyinit run per node through srun, each with its run folder."""
+               options: str = "", script_options: str = "", step: str = "") -> Path:  # fmt: skip
+    """A batch job: one pyinit run per node through srun (with `step`, srun's
+    options for a step on part of the job's nodes), each with its run folder."""
     script = folder / "job.sh"
     runs = folder / "runs"
     command = (f"exec {pyinit_bin} run --nproc-per-node 1 --run-dir {runs}/$SLURMD_NODENAME "
@@ -44,7 +45,7 @@ def job_script(folder: Path, pyinit_bin: Path, shards: Path, steps: int, nodes: 
     script.write_text(
         "#!/bin/sh\n"
         f"#SBATCH --nodes={nodes} --ntasks-per-node=1 --output={folder}/job-%j.out\n"
-        f"srun sh -c '{command}'\n"
+        f"srun {step} sh -c '{command}'\n"
     )
     return script
 
@@ -103,24 +104,30 @@ def test_a_three_node_job_trains(pyinit_bin, shards, tmp_path):
         assert endpoint == f"{cluster.addresses[0]}:29500"
 
 
-def test_a_job_trains_where_each_node_maps_its_own_name_to_loopback(pyinit_bin, shards, tmp_path):
+def test_a_step_on_part_of_a_job_trains_where_each_node_maps_its_own_name_to_loopback(
+    pyinit_bin, shards, tmp_path
+):
     # Debian's installer writes "127.0.1.1 HOSTNAME" into /etc/hosts, so a node's own
     # name resolves to a loopback address on that node and to its real one elsewhere.
     # A store, liveness port or gloo bound there is out of the other nodes' reach.
+    # The step runs on nodes 1 and 2 of the three: SLURM_NODEID counts the step's.
     need_slurm()
-    with SlurmCluster(tmp_path / "slurm", 2, debian_hosts=True) as cluster:
+    with SlurmCluster(tmp_path / "slurm", 3, debian_hosts=True) as cluster:
         # 30 steps of 0.5 s: past the 10 s after which an unanswering node is lost.
-        output = run_job(cluster, job_script(tmp_path, pyinit_bin, shards, steps=30, nodes=2,
+        output = run_job(cluster, job_script(tmp_path, pyinit_bin, shards, steps=30, nodes=3,
                                              options="--join-timeout 60",
-                                             script_options="--slow-data 0.5"))  # fmt: skip
+                                             script_options="--slow-data 0.5",
+                                             step="-N 2 -n 2 --relative 1"))  # fmt: skip
     assert "all-reduce: sum 3 over 2 ranks, expected 3" in output
     assert "step    30" in output
-    for rank, name in enumerate(cluster.names):
+    assert not (tmp_path / "runs" / "node0").exists()
+    names, addresses = cluster.names[1:], cluster.addresses[1:]
+    for rank, name in enumerate(names):
         nodes = events(tmp_path / "runs" / name)[0]["nodes"]
-        assert nodes["names"] == cluster.names
+        assert nodes["names"] == names and nodes["rank"] == rank, nodes
         # Its own name is a loopback address; the other's is the other's.
         assert nodes["addresses"][rank] == "127.0.1.1", nodes
-        assert nodes["addresses"][1 - rank] == cluster.addresses[1 - rank], nodes
+        assert nodes["addresses"][1 - rank] == addresses[1 - rank], nodes
         # So it listens on every address, and gloo takes the route's interface.
         assert nodes["listen"] == "" and nodes["interface"], nodes
         assert not [e for e in events(tmp_path / "runs" / name) if e["event"] == "node lost"]

@@ -1,6 +1,7 @@
 """Which nodes a run spans and which one this is, from (in order) a hostfile
 (IP addresses, node 0 the master; this node found by its own addresses),
-SLURM (``SLURM_JOB_NODELIST``, ``SLURM_NODEID``, ``SLURM_NNODES``),
+SLURM (``SLURM_STEP_NODELIST`` in a job step, else ``SLURM_JOB_NODELIST``;
+``SLURM_NODEID``, ``SLURM_NNODES``),
 ``MASTER_ADDR`` with ``NODE_RANK`` and ``NNODES`` (or ``WORLD_SIZE``), else
 this node alone.
 
@@ -54,25 +55,28 @@ def find_nodes(hostfile: str | None, env: Mapping[str, str]) -> Nodes:
                      addresses, addresses[native.node_rank], native.interface,
                      native)  # fmt: skip
     if "SLURM_JOB_NODELIST" in env:
+        # In a job step (srun) the step's nodes, which SLURM_NNODES and SLURM_NODEID
+        # count: a step may run on part of the job's nodes (srun -N 2 --relative 1).
+        variable = "SLURM_STEP_NODELIST" if env.get("SLURM_STEP_NODELIST") else "SLURM_JOB_NODELIST"
         try:
-            names = _native.expand_nodelist(env["SLURM_JOB_NODELIST"])
+            names = _native.expand_nodelist(env[variable])
         except ValueError as e:
-            listed = env["SLURM_JOB_NODELIST"]
+            listed = env[variable]
             shown = repr(listed) if len(listed) <= 64 else repr(listed[:64]) + "..."
-            raise InputError(f"SLURM_JOB_NODELIST={shown}: {e}") from None
+            raise InputError(f"{variable}={shown}: {e}") from None
         count = _int_env(env, "SLURM_NNODES", len(names))
         rank = _int_env(env, "SLURM_NODEID", 0)
         _check_rank(rank, count, "SLURM_NODEID")
         if count > len(names):
-            raise InputError(f"SLURM_NNODES={count}, but SLURM_JOB_NODELIST names "
+            raise InputError(f"SLURM_NNODES={count}, but {variable} names "
                              f"{len(names)} node{'s' if len(names) > 1 else ''}")  # fmt: skip
         # torchrun would retry an unresolvable master for minutes: find out now, once.
-        addresses = _resolve_all(names)
+        addresses = _resolve_all(names, variable)
         listen, interface = addresses[rank], ""
         if count > 1:
             for number, address in enumerate(addresses):
                 if number != rank and _loopback(address):
-                    raise InputError(f"SLURM_JOB_NODELIST: node {number} {names[number]!r} "
+                    raise InputError(f"{variable}: node {number} {names[number]!r} "
                                      f"resolves to {address} here, a loopback address: this "
                                      "node could not reach it")  # fmt: skip
             listen = "" if _loopback(listen) else listen
@@ -140,10 +144,10 @@ def _address_of(name: str) -> str:
     return str(socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0])
 
 
-def _resolve_all(names: list[str]) -> list[str]:
+def _resolve_all(names: list[str], variable: str) -> list[str]:
     """Every SLURM node name's address, asked at once (a slow name server is
-    paid once, not once per node). InputError naming the first that does not
-    resolve."""
+    paid once, not once per node). InputError naming `variable` (the list's)
+    and the first name that does not resolve."""
     from concurrent.futures import ThreadPoolExecutor
 
     def resolve(name: str) -> str | BaseException:
@@ -159,7 +163,7 @@ def _resolve_all(names: list[str]) -> list[str]:
         if isinstance(address, BaseException):
             reason = address.strerror if isinstance(address, OSError) else None
             which = "the master" if number == 0 else f"node {number}"
-            raise InputError(f"SLURM_JOB_NODELIST: {which} {name!r} does not resolve: "
+            raise InputError(f"{variable}: {which} {name!r} does not resolve: "
                              f"{reason or address}")  # fmt: skip
         addresses.append(address)
     return addresses
