@@ -746,6 +746,34 @@ def test_nodes_from_slurm_and_from_the_environment(monkeypatch):
         find_nodes(None, {"MASTER_ADDR": "10.1.0.5", "NNODES": "two"})
 
 
+def test_a_master_address_this_host_does_not_hold_is_listened_for_on_every_address():
+    """MASTER_ADDR as a Kubernetes service's address, or one the network
+    translates: the other nodes reach this node there, so the store listens
+    on every address (as torch's does), and workers still connect to it."""
+    import socket
+
+    from pyinit.run import store
+    from pyinit.run.nodes import Nodes
+
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    elsewhere = "203.0.113.77"  # TEST-NET-3: held by no host
+    nodes = Nodes(2, 0, elsewhere, "environment", listen=elsewhere)
+    served = store.bind(nodes, port)
+    try:
+        assert served.listening is not None
+        assert served.listening.getsockname()[0] in ("::", "0.0.0.0")
+        assert served.endpoint == f"{elsewhere}:{port}"
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    finally:
+        served.close()
+    # A name that does not resolve is not taken for one: one line, naming it.
+    nodes = Nodes(2, 0, "pyinit-no-such-node.invalid", "environment",
+                  listen="pyinit-no-such-node.invalid")  # fmt: skip
+    with pytest.raises(OSError, match=r"cannot listen on pyinit-no-such-node\.invalid:\d+ for"):
+        store.bind(nodes, port)
+
+
 def test_the_route_to_an_address_names_its_interface_and_source_address():
     from pyinit import _native
 

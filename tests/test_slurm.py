@@ -130,6 +130,10 @@ def test_a_step_on_part_of_a_job_trains_where_each_node_maps_its_own_name_to_loo
         assert nodes["addresses"][1 - rank] == addresses[1 - rank], nodes
         # So it listens on every address, and gloo takes the route's interface.
         assert nodes["listen"] == "" and nodes["interface"], nodes
+        if rank == 0:
+            rendezvous = next(e for e in events(tmp_path / "runs" / name)
+                              if e["event"] == "rendezvous")  # fmt: skip
+            assert rendezvous["listening"] in ("[::]:29500", "0.0.0.0:29500"), rendezvous
         assert not [e for e in events(tmp_path / "runs" / name) if e["event"] == "node lost"]
 
 

@@ -42,7 +42,7 @@ from pyinit.run.compiles import COMPILE_CACHE_ENV, COMPILE_CACHE_FILE
 from pyinit.run.config import RunConfig
 from pyinit.run.flight_recorder import flight_recorder_env
 from pyinit.run.liveness import JoinWatch, Liveness, named
-from pyinit.run.nodes import Nodes, find_nodes
+from pyinit.run.nodes import Nodes, endpoint, find_nodes
 from pyinit.run.preflight import preflight
 from pyinit.run.preload import DEFAULT_PRELOADS
 from pyinit.run.stall import StallWatch
@@ -250,8 +250,11 @@ def prepare(config: RunConfig, nodes: Nodes, folder: Path, log: EventLog,
         for key, value in flight_recorder_env(folder, status_dir).items():
             env.setdefault(key, value)
     command = torchrun_command(nodes, nproc, config, status_dir, rendezvous)
+    serving = {}
+    if rendezvous.listening is not None:
+        serving["listening"] = endpoint(*rendezvous.listening.getsockname()[:2])
     log.write("rendezvous", endpoint=rendezvous.endpoint, serving=rendezvous.listening is not None,
-              join_timeout=config.join_timeout)  # fmt: skip
+              join_timeout=config.join_timeout, **serving)  # fmt: skip
     return Plan(config, nodes, folder, status_dir, log, liveness, rendezvous, env, command,
                 agent_preloads(config), entered)  # fmt: skip
 

@@ -10,11 +10,13 @@ and must not ask a name server each time. A node's own name that resolves to
 a loopback address on that node (Debian's installer writes ``127.0.1.1
 HOSTNAME`` into /etc/hosts; the other nodes resolve the name to its real
 address) is not where the other nodes reach it: it listens on every address
-then, as torch's own store does, and gloo, which finds its address through
-the host's name, is given the interface of the route to the other nodes."""
+then, as torch's own store does (``listen_at``: the same for an address this
+host does not hold), and gloo, which finds its address through the host's
+name, is given the interface of the route to the other nodes."""
 
 from __future__ import annotations
 
+import errno
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -105,9 +107,11 @@ def find_nodes(hostfile: str | None, env: Mapping[str, str]) -> Nodes:
 def listen_at(address: str, port: int) -> socket.socket:
     """A TCP socket listening on `port` (0: a free one) at `address` (an IP
     address, or a name resolved here; "" for every address of this host, IPv4
-    and IPv6 where it has both). As torch's own listener, a port left in
-    TIME_WAIT by a run that just ended is free to take again. OSError where
-    it cannot listen."""
+    and IPv6 where it has both). An address this host does not hold (a
+    Kubernetes service's, one the network translates) is where the others
+    reach this node all the same: every address then, as torch's own store
+    listens. As torch's listener, a port left in TIME_WAIT by a run that just
+    ended is free to take again. OSError where it cannot listen."""
     if address:
         host = address.encode() if address.isascii() else address  # see _address_of
         family, _, _, _, where = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
@@ -122,8 +126,10 @@ def listen_at(address: str, port: int) -> socket.socket:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         sock.bind(where)
         sock.listen(socket.SOMAXCONN)
-    except OSError:
+    except OSError as e:
         sock.close()
+        if address and e.errno == errno.EADDRNOTAVAIL:
+            return listen_at("", port)
         raise
     return sock
 
