@@ -727,6 +727,12 @@ def test_nodes_from_slurm_and_from_the_environment(monkeypatch):
                              "gpu[08-09]", "SLURM_NNODES": "2", "SLURM_NODEID": "0"})  # fmt: skip
     assert (step.count, step.rank, step.master, step.names) == (2, 0, "10.9.0.8",
                                                                 ("gpu08", "gpu09"))  # fmt: skip
+    # srun's compressed counts: node 2 is the first with two tasks.
+    crowded = {"SLURM_JOB_NODELIST": "gpu[07-09]", "SLURM_STEP_TASKS_PER_NODE": "1(x2),2"}
+    with pytest.raises(ValueError, match=r"runs 2 tasks on node 2 \(gpu09\) \(SLURM_STEP_TASKS"):
+        find_nodes(None, crowded)
+    with pytest.raises(ValueError, match=r"'1\(x2\)\+2' is not COUNT or COUNT\(xNODES\)"):
+        find_nodes(None, {**crowded, "SLURM_STEP_TASKS_PER_NODE": "1(x2)+2"})
     with pytest.raises(ValueError, match=r"SLURM_STEP_NODELIST: node 1 'gpu10' does not resolve"):
         find_nodes(None, {"SLURM_JOB_NODELIST": "gpu[07-10]", "SLURM_STEP_NODELIST": "gpu[09-10]"})
     table[b"10.1.0.5"] = "10.1.0.5"

@@ -34,17 +34,22 @@ def need_slurm() -> None:
 
 
 def job_script(folder: Path, pyinit_bin: Path, shards: Path, steps: int, nodes: int,
-               options: str = "", script_options: str = "", step: str = "") -> Path:  # fmt: skip
+               options: str = "", script_options: str = "", step: str = "",
+               refused_step: str = "") -> Path:  # fmt: skip
     """A batch job: one pyinit run per node through srun (with `step`, srun's
-    options for a step on part of the job's nodes), each with its run folder."""
+    options for a step on part of the job's nodes), each with its run folder.
+    With `refused_step`, srun's options for a step before it that pyinit run
+    is expected to refuse, and a line with that step's status."""
     script = folder / "job.sh"
     runs = folder / "runs"
     command = (f"exec {pyinit_bin} run --nproc-per-node 1 --run-dir {runs}/$SLURMD_NODENAME "
                f"{options} -- {EXAMPLE} --data {shards} --steps {steps} {' '.join(TINY)} "
                f"{script_options}")  # fmt: skip
+    refused = f"srun {refused_step} sh -c '{command}'; echo \"refused step: $?\"\n"
     script.write_text(
         "#!/bin/sh\n"
         f"#SBATCH --nodes={nodes} --ntasks-per-node=1 --output={folder}/job-%j.out\n"
+        f"{refused if refused_step else ''}"
         f"srun {step} sh -c '{command}'\n"
     )
     return script
@@ -117,7 +122,15 @@ def test_a_step_on_part_of_a_job_trains_where_each_node_maps_its_own_name_to_loo
         output = run_job(cluster, job_script(tmp_path, pyinit_bin, shards, steps=30, nodes=3,
                                              options="--join-timeout 60",
                                              script_options="--slow-data 0.5",
-                                             step="-N 2 -n 2 --relative 1"))  # fmt: skip
+                                             step="-N 2 -n 2 --relative 1",
+                                             refused_step="-N 2 -n 3 --relative 1"))  # fmt: skip
+    # Two tasks on one node, which would take the same node rank: each of the three
+    # tasks says why, before any of them listens or starts anything.
+    crowded = (
+        "pyinit: this job step runs 2 tasks on node 0 (node1) "
+        "(SLURM_STEP_TASKS_PER_NODE='2,1'): pyinit run starts a node's ranks itself"
+    )
+    assert output.count(crowded) == 3 and "refused step: 2\n" in output, output
     assert "all-reduce: sum 3 over 2 ranks, expected 3" in output
     assert "step    30" in output
     assert not (tmp_path / "runs" / "node0").exists()

@@ -17,6 +17,7 @@ name, is given the interface of the route to the other nodes."""
 from __future__ import annotations
 
 import errno
+import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -63,15 +64,14 @@ def find_nodes(hostfile: str | None, env: Mapping[str, str]) -> Nodes:
         try:
             names = _native.expand_nodelist(env[variable])
         except ValueError as e:
-            listed = env[variable]
-            shown = repr(listed) if len(listed) <= 64 else repr(listed[:64]) + "..."
-            raise InputError(f"{variable}={shown}: {e}") from None
+            raise InputError(f"{variable}={_shown(env[variable])}: {e}") from None
         count = _int_env(env, "SLURM_NNODES", len(names))
         rank = _int_env(env, "SLURM_NODEID", 0)
         _check_rank(rank, count, "SLURM_NODEID")
         if count > len(names):
             raise InputError(f"SLURM_NNODES={count}, but {variable} names "
                              f"{len(names)} node{'s' if len(names) > 1 else ''}")  # fmt: skip
+        _one_task_per_node(env.get("SLURM_STEP_TASKS_PER_NODE", ""), names)
         # torchrun would retry an unresolvable master for minutes: find out now, once.
         addresses = _resolve_all(names, variable)
         listen, interface = addresses[rank], ""
@@ -173,6 +173,31 @@ def _resolve_all(names: list[str], variable: str) -> list[str]:
                              f"{reason or address}")  # fmt: skip
         addresses.append(address)
     return addresses
+
+
+def _one_task_per_node(tasks: str, names: list[str]) -> None:
+    """InputError where the job step (srun) runs more than one task on a node
+    (SLURM_STEP_TASKS_PER_NODE: "2,1", "1(x8)"): a pyinit run starts all of
+    its node's ranks itself, and a second one on the node would take the same
+    node rank. Every task says so, not only the one that would lose the port."""
+    node = 0
+    for part in tasks.split(",") if tasks else ():
+        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part)
+        if match is None:
+            raise InputError(f"SLURM_STEP_TASKS_PER_NODE={_shown(tasks)}: {_shown(part)} is "
+                             "not COUNT or COUNT(xNODES)")  # fmt: skip
+        if int(match[1]) > 1:
+            where = f"node {node} ({names[node]})" if node < len(names) else f"node {node}"
+            raise InputError(f"this job step runs {match[1]} tasks on {where} "
+                             f"(SLURM_STEP_TASKS_PER_NODE={_shown(tasks)}): pyinit run starts "
+                             "a node's ranks itself (--nproc-per-node); run one task per node "
+                             "(srun --ntasks-per-node=1)")  # fmt: skip
+        node += int(match[2] or 1)
+
+
+def _shown(text: str) -> str:
+    """A variable's value in a message: quoted, and cut where it is long."""
+    return repr(text) if len(text) <= 64 else repr(text[:64]) + "..."
 
 
 def _loopback(address: str) -> bool:
