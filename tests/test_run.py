@@ -445,14 +445,18 @@ def training(steps: int, shards: Path) -> list:
     return [EXAMPLE, "--data", shards, "--steps", str(steps), *TINY]
 
 
-def start_nodes(pyinit_bin, names, hostfile, tmp_path, script: list) -> list[subprocess.Popen]:
+def start_nodes(pyinit_bin, names, hostfile, tmp_path, script: list,
+                envs: list[dict[str, str]] | None = None) -> list[subprocess.Popen]:  # fmt: skip
+    """A pyinit run in each namespace: from the hostfile, or without one from
+    each node's `envs` (MASTER_ADDR and the rest)."""
     procs = []
-    for ns in names:
-        command = ["ip", "netns", "exec", ns, pyinit_bin, "run", "--hostfile", hostfile,
-                   "--nproc-per-node", "1", "--master-port", "29611", "--run-dir", tmp_path / ns,
-                   "--", *script]  # fmt: skip
+    for number, ns in enumerate(names):
+        nodes = ["--hostfile", hostfile, "--master-port", "29611"] if hostfile else []
+        command = ["ip", "netns", "exec", ns, pyinit_bin, "run", *nodes, "--nproc-per-node", "1",
+                   "--run-dir", tmp_path / ns, "--", *script]  # fmt: skip
+        env = {**os.environ, **envs[number]} if envs else None
         procs.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, start_new_session=True))  # fmt: skip
+                                      text=True, start_new_session=True, env=env))  # fmt: skip
     return procs
 
 
@@ -539,6 +543,26 @@ def test_three_nodes_in_namespaces_train_together(node_runs, three_namespaces, t
         assert endpoint == f"{NODES[0]}:29611"  # the master's own address, not the wildcard
         rendezvous = next(e for e in events(tmp_path / ns) if e["event"] == "rendezvous")
         assert rendezvous["serving"] == (rank == 0)
+
+
+@pytest.mark.root
+def test_nodes_described_as_kubernetes_describes_pods_train_together(node_runs,
+                                                                     three_namespaces,
+                                                                     tmp_path, shards):  # fmt: skip
+    """A PyTorchJob's pods: MASTER_ADDR and MASTER_PORT, WORLD_SIZE pods,
+    each its RANK. On the code before, every node took itself for node 0."""
+    envs = [{"MASTER_ADDR": NODES[0], "MASTER_PORT": "23456", "WORLD_SIZE": "3",
+             "RANK": str(rank), "PYINIT_JOIN_TIMEOUT": "60"} for rank in range(3)]  # fmt: skip
+    procs = node_runs(three_namespaces, None, tmp_path, training(10, shards), envs)
+    outputs = ended(procs, 300)
+    for proc, (_, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err[-3000:]
+    assert "all-reduce: sum 6 over 3 ranks, expected 6" in outputs[0][0]
+    for rank, ns in enumerate(three_namespaces):
+        start = events(tmp_path / ns)[0]
+        assert start["nodes"]["rank"] == rank and start["nodes"]["source"] == "environment"
+        rendezvous = next(e for e in events(tmp_path / ns) if e["event"] == "rendezvous")
+        assert rendezvous["endpoint"] == f"{NODES[0]}:23456", rendezvous
 
 
 @pytest.mark.root
@@ -741,6 +765,17 @@ def test_nodes_from_slurm_and_from_the_environment(monkeypatch):
     assert (master.master, master.listen) == ("gpu-master", "")
     master = find_nodes(None, {"MASTER_ADDR": "10.1.0.5", "NODE_RANK": "0", "NNODES": "2"})
     assert (master.master, master.listen) == ("10.1.0.5", "10.1.0.5")
+    # Kubernetes' PyTorchJob: WORLD_SIZE pods, each its RANK, and the master's port.
+    pod = find_nodes(None, {"MASTER_ADDR": "10.1.0.5", "MASTER_PORT": "23456", "WORLD_SIZE": "3",
+                            "RANK": "2"})  # fmt: skip
+    assert (pod.count, pod.rank, pod.master, pod.port) == (3, 2, "10.1.0.5", 23456)
+    # RANK numbers processes beside NNODES; one node takes a free port.
+    assert find_nodes(None, {"MASTER_ADDR": "10.1.0.5", "NNODES": "4", "RANK": "2"}).rank == 0
+    assert find_nodes(None, {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "12355"}).port is None
+    with pytest.raises(ValueError, match=r"RANK=3 does not fit 3 nodes"):
+        find_nodes(None, {"MASTER_ADDR": "10.1.0.5", "WORLD_SIZE": "3", "RANK": "3"})
+    with pytest.raises(ValueError, match=r"MASTER_PORT='70000' is not a port"):
+        find_nodes(None, {"MASTER_ADDR": "10.1.0.5", "WORLD_SIZE": "2", "MASTER_PORT": "70000"})
     env = find_nodes(None, {"MASTER_ADDR": "10.1.0.5", "NODE_RANK": "1", "NNODES": "4"})
     assert (env.count, env.rank, env.master, env.source) == (4, 1, "10.1.0.5", "environment")
     operator = find_nodes(None, {"MASTER_ADDR": "10.1.0.5", "GROUP_RANK": "3", "WORLD_SIZE": "4"})

@@ -155,7 +155,7 @@ def run(config: RunConfig, nvml_backend: Any = None, out: IO[str] = sys.stderr) 
     nodes = find_nodes(config.hostfile, {} if config.standalone else os.environ)
     # Bound before anything is written: a taken port or an address of a family
     # this host lacks is one line, with no run folder left behind.
-    rendezvous = store.bind(nodes, config.master_port)
+    rendezvous = store.bind(nodes, config.master_port or nodes.port)
     liveness = None
     if nodes.count > 1 and nodes.source in ("hostfile", "slurm"):
         try:

@@ -41,6 +41,8 @@ class Nodes:
     # The interface gloo is to use: the one holding this node's address (hostfile), or
     # the route's to the other nodes where the host's name resolves to a loopback address.
     interface: str = ""
+    # The store's port the environment names (MASTER_PORT), for want of --master-port.
+    port: int | None = None
     # The hostfile's node list as the core loaded it, handed to the NCCL builder as it is.
     native: Any = field(default=None, repr=False, compare=False)
 
@@ -87,8 +89,15 @@ def find_nodes(hostfile: str | None, env: Mapping[str, str]) -> Nodes:
                      interface)  # fmt: skip
     if "MASTER_ADDR" in env:
         count = _int_env(env, "NNODES", _int_env(env, "WORLD_SIZE", 1))
-        rank = _int_env(env, "NODE_RANK", _int_env(env, "GROUP_RANK", 0))
-        _check_rank(rank, count, "NODE_RANK")
+        # Kubernetes' PyTorchJob (and the platforms that copy it) counts nodes in
+        # WORLD_SIZE and numbers them in RANK: a pair, one node a pod.
+        keys = ("NODE_RANK", "GROUP_RANK") + (("RANK",) if "NNODES" not in env else ())
+        key = next((k for k in keys if k in env), "NODE_RANK")
+        rank = _int_env(env, key, 0)
+        _check_rank(rank, count, key)
+        # One node takes a free port whatever the environment says: two runs on one
+        # machine (MASTER_PORT=12355, as tutorials set it) must not collide.
+        port = _port_env(env, "MASTER_PORT") if count > 1 else None
         master = env["MASTER_ADDR"]
         listen, interface = (master if rank == 0 else ""), ""
         if count > 1:
@@ -100,7 +109,8 @@ def find_nodes(hostfile: str | None, env: Mapping[str, str]) -> Nodes:
                 listen = ""
             elif address is not None and rank != 0:
                 interface = _gloo_interface(address)
-        return Nodes(count, rank, master, "environment", listen=listen, interface=interface)
+        return Nodes(count, rank, master, "environment", listen=listen, interface=interface,
+                     port=port)  # fmt: skip
     return Nodes(1, 0, "127.0.0.1", "single", ("127.0.0.1",), ("127.0.0.1",), "127.0.0.1")
 
 
@@ -224,6 +234,15 @@ def _int_env(env: Mapping[str, str], key: str, default: int) -> int:
         return int(env[key])
     except ValueError:
         raise InputError(f"{key}={env[key]!r} is not a whole number") from None
+
+
+def _port_env(env: Mapping[str, str], key: str) -> int | None:
+    if key not in env:
+        return None
+    port = _int_env(env, key, 0)
+    if not 0 < port < 65536:
+        raise InputError(f"{key}={env[key]!r} is not a port (1 to 65535)")
+    return port
 
 
 def _check_rank(rank: int, count: int, key: str) -> None:
