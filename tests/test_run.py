@@ -735,6 +735,13 @@ def test_nodes_from_slurm_and_from_the_environment(monkeypatch):
     assert slurm.names == ("gpu07", "gpu08", "gpu09")
     assert slurm.addresses == ("10.9.0.7", "10.9.0.8", "10.9.0.9")
     assert (slurm.listen, slurm.interface) == ("10.9.0.9", "")  # gloo finds its own
+    assert slurm.port is None  # no job: torchrun's 29500
+    # A job's own port (jobs that share a node must not both take 29500), unless
+    # MASTER_PORT names one.
+    job = {"SLURM_JOB_NODELIST": "gpu[07-09]", "SLURM_JOB_ID": "123456"}
+    assert find_nodes(None, job).port == 15000 + 2 * 3456
+    assert find_nodes(None, {**job, "MASTER_PORT": "29600"}).port == 29600
+    assert find_nodes(None, {**job, "SLURM_NNODES": "1"}).port is None  # a free one
     # Debian's "127.0.1.1 HOSTNAME": every address for this node's sockets, and the
     # interface of the route to the master for gloo.
     table[b"gpu09"] = "127.0.1.1"

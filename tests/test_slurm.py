@@ -49,6 +49,7 @@ def job_script(folder: Path, pyinit_bin: Path, shards: Path, steps: int, nodes: 
     script.write_text(
         "#!/bin/sh\n"
         f"#SBATCH --nodes={nodes} --ntasks-per-node=1 --output={folder}/job-%j.out\n"
+        'echo "job id: $SLURM_JOB_ID"\n'
         f"{refused if refused_step else ''}"
         f"srun {step} sh -c '{command}'\n"
     )
@@ -61,6 +62,12 @@ def run_job(cluster: SlurmCluster, script: Path) -> str:
     output = next(script.parent.glob("job-*.out")).read_text()
     assert done.returncode == 0, output[-3000:]
     return output
+
+
+def job_port(output: str) -> int:
+    """The store's port of the job whose output this is (its script echoes its id)."""
+    job = int(output.split("job id: ", 1)[1].split()[0])
+    return 15000 + 2 * (job % 5000)
 
 
 def wait_for_steps(folder: Path, seconds: float) -> str:
@@ -106,7 +113,8 @@ def test_a_three_node_job_trains(pyinit_bin, shards, tmp_path):
         spawn = next(e for e in events(tmp_path / "runs" / name) if e["event"] == "spawn")
         endpoint = spawn["command"][spawn["command"].index("--rdzv-endpoint") + 1]
         # The master's address, resolved once: torch's workers ask no name server either.
-        assert endpoint == f"{cluster.addresses[0]}:29500"
+        # The job's own port: jobs sharing a node do not both take 29500.
+        assert endpoint == f"{cluster.addresses[0]}:{job_port(output)}"
 
 
 def test_a_step_on_part_of_a_job_trains_where_each_node_maps_its_own_name_to_loopback(
@@ -146,7 +154,8 @@ def test_a_step_on_part_of_a_job_trains_where_each_node_maps_its_own_name_to_loo
         if rank == 0:
             rendezvous = next(e for e in events(tmp_path / "runs" / name)
                               if e["event"] == "rendezvous")  # fmt: skip
-            assert rendezvous["listening"] in ("[::]:29500", "0.0.0.0:29500"), rendezvous
+            port = job_port(output)
+            assert rendezvous["listening"] in (f"[::]:{port}", f"0.0.0.0:{port}"), rendezvous
         assert not [e for e in events(tmp_path / "runs" / name) if e["event"] == "node lost"]
 
 

@@ -62,7 +62,7 @@ class RunConfig:
     standalone: bool
     torchrun_options: tuple[str, ...]
     nproc: int | None  # None: one per GPU, else one per CPU up to 8
-    master_port: int | None  # None: a free one on one node, 29500 across nodes
+    master_port: int | None  # None: a free one on one node, Nodes.port or 29500 across nodes
     join_timeout: float
     max_restarts: int
     preflight: str
@@ -108,8 +108,8 @@ def add_arguments(run: argparse.ArgumentParser, environ: Mapping[str, str] = os.
            "per CPU up to 8)", metavar="N|auto")  # fmt: skip
     # 65534 at most: the port above it is the run's liveness port.
     option("--master-port", None, "the rendezvous store's port on node 0 (default: a free "
-           "one on a single node, 29500 across nodes)", type=argtypes.whole(1, 65534),
-           metavar="P")  # fmt: skip
+           "one on a single node; across nodes MASTER_PORT, else a SLURM job's own, else "
+           "29500)", type=argtypes.whole(1, 65534), metavar="P")  # fmt: skip
     option("--join-timeout", 300.0, "seconds for every node to join before the run ends, "
            "naming the missing ones", type=argtypes.seconds(1, 86400), metavar="S")  # fmt: skip
     option("--max-restarts", 0, "worker-group restarts torchrun may make",

@@ -26,6 +26,8 @@ from typing import Any
 from pyinit import _native
 from pyinit.errors import InputError
 
+JOB_PORTS_FROM, JOB_PORTS = 15000, 5000  # a SLURM job's store port: 15000 to 24998
+
 
 @dataclass(frozen=True)
 class Nodes:
@@ -41,7 +43,8 @@ class Nodes:
     # The interface gloo is to use: the one holding this node's address (hostfile), or
     # the route's to the other nodes where the host's name resolves to a loopback address.
     interface: str = ""
-    # The store's port the environment names (MASTER_PORT), for want of --master-port.
+    # The store's port the environment names (MASTER_PORT, else a SLURM job's own),
+    # for want of --master-port.
     port: int | None = None
     # The hostfile's node list as the core loaded it, handed to the NCCL builder as it is.
     native: Any = field(default=None, repr=False, compare=False)
@@ -85,8 +88,11 @@ def find_nodes(hostfile: str | None, env: Mapping[str, str]) -> Nodes:
                                      "node could not reach it")  # fmt: skip
             listen = "" if _loopback(listen) else listen
             interface = _gloo_interface(addresses[1 if rank == 0 else 0])
+        port = None
+        if count > 1:
+            port = _port_env(env, "MASTER_PORT") or _job_port(env.get("SLURM_JOB_ID", ""))
         return Nodes(count, rank, addresses[0], "slurm", tuple(addresses), tuple(names), listen,
-                     interface)  # fmt: skip
+                     interface, port=port)  # fmt: skip
     if "MASTER_ADDR" in env:
         count = _int_env(env, "NNODES", _int_env(env, "WORLD_SIZE", 1))
         # Kubernetes' PyTorchJob (and the platforms that copy it) counts nodes in
@@ -240,9 +246,20 @@ def _port_env(env: Mapping[str, str], key: str) -> int | None:
     if key not in env:
         return None
     port = _int_env(env, key, 0)
-    if not 0 < port < 65536:
-        raise InputError(f"{key}={env[key]!r} is not a port (1 to 65535)")
+    if not 0 < port < 65535:  # the next port is the liveness port
+        raise InputError(f"{key}={env[key]!r} is not a port (1 to 65534)")
     return port
+
+
+def _job_port(job: str) -> int | None:
+    """The store's port of SLURM job `job`, the same on all its nodes, other
+    than any job's with an id within 5,000 of it: jobs that share a node (a
+    GPU or two each) must not both take 29500. Even, so the liveness port
+    (the next) is never another job's store port; below Linux's ephemeral
+    ports (32768 on)."""
+    if not (job.isascii() and job.isdigit()):
+        return None
+    return JOB_PORTS_FROM + 2 * (int(job) % JOB_PORTS)
 
 
 def _check_rank(rank: int, count: int, key: str) -> None:
