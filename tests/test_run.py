@@ -776,6 +776,12 @@ def test_nodes_from_slurm_and_from_the_environment(monkeypatch):
     pod = find_nodes(None, {"MASTER_ADDR": "10.1.0.5", "MASTER_PORT": "23456", "WORLD_SIZE": "3",
                             "RANK": "2"})  # fmt: skip
     assert (pod.count, pod.rank, pod.master, pod.port) == (3, 2, "10.1.0.5", 23456)
+    # A newer operator: torchrun's variables, and WORLD_SIZE counting processes.
+    newer = {"MASTER_ADDR": "10.1.0.5", "MASTER_PORT": "23456", "WORLD_SIZE": "16", "RANK": "1",
+             "PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_NPROC_PER_NODE": "8"}  # fmt: skip
+    assert (find_nodes(None, newer).count, find_nodes(None, newer).rank) == (2, 1)
+    with pytest.raises(ValueError, match=r"PET_NNODES='1:4': a range of nodes is torchrun's elas"):
+        find_nodes(None, {**newer, "PET_NNODES": "1:4"})
     # RANK numbers processes beside NNODES; one node takes a free port.
     assert find_nodes(None, {"MASTER_ADDR": "10.1.0.5", "NNODES": "4", "RANK": "2"}).rank == 0
     assert find_nodes(None, {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "12355"}).port is None

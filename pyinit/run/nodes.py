@@ -2,8 +2,9 @@
 (IP addresses, node 0 the master; this node found by its own addresses),
 SLURM (``SLURM_STEP_NODELIST`` in a job step, else ``SLURM_JOB_NODELIST``;
 ``SLURM_NODEID``, ``SLURM_NNODES``),
-``MASTER_ADDR`` with ``NODE_RANK`` and ``NNODES`` (or ``WORLD_SIZE``), else
-this node alone.
+``MASTER_ADDR`` with ``PET_NNODES`` and ``PET_NODE_RANK`` (torchrun's own),
+``NNODES`` and ``NODE_RANK``, or ``WORLD_SIZE`` and ``RANK``, else this node
+alone.
 
 Names are resolved once, here: the run's watches ask every node every second
 and must not ask a name server each time. A node's own name that resolves to
@@ -94,10 +95,16 @@ def find_nodes(hostfile: str | None, env: Mapping[str, str]) -> Nodes:
         return Nodes(count, rank, addresses[0], "slurm", tuple(addresses), tuple(names), listen,
                      interface, port=port)  # fmt: skip
     if "MASTER_ADDR" in env:
-        count = _int_env(env, "NNODES", _int_env(env, "WORLD_SIZE", 1))
-        # Kubernetes' PyTorchJob (and the platforms that copy it) counts nodes in
-        # WORLD_SIZE and numbers them in RANK: a pair, one node a pod.
-        keys = ("NODE_RANK", "GROUP_RANK") + (("RANK",) if "NNODES" not in env else ())
+        # torchrun's own variables first (Kubernetes' PyTorchJob sets PET_NNODES and
+        # PET_NODE_RANK, and then WORLD_SIZE counts processes); an older operator, and
+        # the platforms that copy it, count pods in WORLD_SIZE and number them in RANK.
+        counted = next((k for k in ("PET_NNODES", "NNODES", "WORLD_SIZE") if k in env), "")
+        if ":" in env.get(counted, ""):
+            raise InputError(f"{counted}={_shown(env[counted])}: a range of nodes is torchrun's "
+                             "elastic mode; pyinit run takes a count of nodes")  # fmt: skip
+        count = _int_env(env, counted, 1) if counted else 1
+        keys = ("PET_NODE_RANK", "NODE_RANK", "GROUP_RANK")
+        keys += ("RANK",) if counted == "WORLD_SIZE" else ()
         key = next((k for k in keys if k in env), "NODE_RANK")
         rank = _int_env(env, key, 0)
         _check_rank(rank, count, key)
