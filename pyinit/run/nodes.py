@@ -80,7 +80,7 @@ def find_nodes(hostfile: str | None, env: Mapping[str, str]) -> Nodes:
         _one_task_per_node(env.get("SLURM_STEP_TASKS_PER_NODE", ""), names)
         # torchrun would retry an unresolvable master for minutes: find out now, once.
         addresses = _resolve_all(names, variable)
-        listen, interface = addresses[rank], ""
+        listen, interface, port = addresses[rank], "", None
         if count > 1:
             for number, address in enumerate(addresses):
                 if number != rank and _loopback(address):
@@ -89,8 +89,6 @@ def find_nodes(hostfile: str | None, env: Mapping[str, str]) -> Nodes:
                                      "node could not reach it")  # fmt: skip
             listen = "" if _loopback(listen) else listen
             interface = _gloo_interface(addresses[1 if rank == 0 else 0])
-        port = None
-        if count > 1:
             port = _port_env(env, "MASTER_PORT") or _job_port(env.get("SLURM_JOB_ID", ""))
         return Nodes(count, rank, addresses[0], "slurm", tuple(addresses), tuple(names), listen,
                      interface, port=port)  # fmt: skip
