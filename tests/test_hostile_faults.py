@@ -56,6 +56,25 @@ def test_a_hostile_slurm_node_list_is_one_line_not_a_crash(pyinit_bin, tmp_path,
     assert len(proc.stderr) < 600 and not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize(("env", "said"), [
+    ({"SLURM_JOB_NODELIST": "a", "SLURM_STEP_TASKS_PER_NODE": "x" * 10_000}, "is not COUNT or"),
+    ({"SLURM_JOB_NODELIST": "a", "SLURM_STEP_TASKS_PER_NODE": "1\x1b[31m"}, "\\x1b[31m"),
+    ({"SLURM_JOB_NODELIST": "localhost", "SLURM_STEP_TASKS_PER_NODE": "8"}, "runs 8 tasks on"),
+    ({"SLURM_JOB_NODELIST": "localhost,pyinit-no-such-node.invalid"}, "does not resolve"),
+    ({"MASTER_ADDR": "10.1.0.5", "WORLD_SIZE": "2", "MASTER_PORT": "65535"}, "is not a port"),
+    ({"MASTER_ADDR": "10.1.0.5", "PET_NNODES": "1:4"}, "a range of nodes"),
+    ({"MASTER_ADDR": "10.1.0.5", "WORLD_SIZE": "2", "RANK": "5"}, "RANK=5 does not fit 2"),
+])  # fmt: skip
+def test_a_bad_node_environment_is_one_line(pyinit_bin, tmp_path, env, said):
+    script = tmp_path / "ok.py"
+    script.write_text("pass\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_"))} | env
+    proc = run([pyinit_bin, "run", "--run-dir", tmp_path / "run", "--", script], env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert said in one_clean_line(proc) and proc.stderr.count("\n") == 1, proc.stderr
+    assert len(proc.stderr) < 600 and not (tmp_path / "run").exists()
+
+
 def test_control_bytes_of_a_node_list_are_escaped(pyinit_bin, tmp_path):
     script = tmp_path / "ok.py"
     script.write_text("pass\n")
