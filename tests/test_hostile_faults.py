@@ -702,6 +702,11 @@ THREAD_EXITS = {
         "t = threading.Thread(target=lambda: [r.read(0, 4096) for _ in range(10**6)], "
         "daemon=True)\nt.start()\nsys.exit(0)\n"),
     "a reader open at os._exit": "r = DirectReader(PATH, backend='pread')\nos._exit(0)\n",
+    # The interpreter's own thread closes it as it finalises: it takes the GIL back.
+    "a stream in a generator left part-way at exit": (
+        "def rows():\n    r = DirectReader(PATH, queue_depth=32)\n"
+        "    with r.stream(list(range(0, 1 << 20, 4096)), 4096) as s:\n        yield from s\n"
+        "g = rows()\nnext(g)\n"),
 }  # fmt: skip
 
 

@@ -35,8 +35,11 @@ py::str fs_str(const std::string& text);
 // gil_scoped_release's noexcept destructor ends the whole process with
 // std::terminate ("terminate called without an active exception", SIGABRT),
 // whatever the script did right. Such a thread waits for the process's end
-// instead, as Python 3.14 makes it. Should finalisation begin between the
-// check and the re-acquisition, the destructor may let the unwind through.
+// instead, as Python 3.14 makes it. The thread doing the finalising takes the
+// GIL back as always: it closes what the script left open (a generator's
+// stream), and parked it would hang the exit. Should finalisation begin
+// between the check and the re-acquisition, the destructor may let the unwind
+// through.
 class ReleasedGil {
  public:
   ReleasedGil() : state_(PyEval_SaveThread()) {}

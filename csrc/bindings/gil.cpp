@@ -1,6 +1,7 @@
 // ReleasedGil (bindings.hpp): a blocking call's GIL release that cannot end
 // the process at interpreter exit.
 #include <Python.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "bindings/bindings.hpp"
@@ -17,10 +18,16 @@ bool finalizing() {
 #endif
 }
 
+// Whether this is the thread Python finalises on: the process's first thread,
+// where Py_Main runs the script and then finalises (a forked child's only
+// thread is its first). An interpreter embedded on another thread would find
+// its finalising thread parked here.
+bool finalizing_thread() { return syscall(SYS_gettid) == getpid(); }
+
 }  // namespace
 
 ReleasedGil::~ReleasedGil() noexcept(false) {
-  if (finalizing()) {
+  if (finalizing() && !finalizing_thread()) {
     for (;;) pause();  // the process is ending: exit_group() ends this thread
   }
   PyEval_RestoreThread(state_);
