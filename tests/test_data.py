@@ -107,6 +107,18 @@ def test_dataloader_workers_give_exactly_the_one_process_batches(shards, context
 
 
 @pytest.mark.parametrize("workers", [0, 2])
+def test_an_epoch_iterated_is_its_batches_read_one_by_one(shards, workers):
+    # Rank 1 of 3, and a batch size that leaves the last batch short.
+    data = TokenShardDataset(shards, SEQ, 1, 3, batch_size=7, seed=2)
+    expected = [data.batch(b) for b in range(len(data))]
+    assert 0 < len(expected[-1][0]) < 7
+    got = list(data.loader(num_workers=workers))
+    assert len(got) == len(expected)
+    for (x, y), (ex, ey) in zip(got, expected, strict=True):
+        assert torch.equal(x, ex) and torch.equal(y, ey)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
 def test_resume_mid_epoch(shards, workers):
     uninterrupted = list(TokenShardDataset(shards, SEQ, 0, 1, batch_size=32, seed=4))
     data = TokenShardDataset(shards, SEQ, 0, 1, batch_size=32, seed=4)
