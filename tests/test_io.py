@@ -462,6 +462,27 @@ def test_stream_across_files_and_the_page_cache(data_file):
         second.unlink()
 
 
+@pytest.mark.parametrize("batch", [None, 16])
+def test_a_stream_of_cached_rows_copies_only_a_few_ahead(data_file, batch):
+    # Rows from the page cache are copied as the stream plans them, and they
+    # add no IO to the queue that bounds the planning: the whole stream (4 MiB
+    # of rows here, 119 MB of the example's data set) was once copied before
+    # its first row came back.
+    path, content = data_file
+    offsets = np.arange(0, SIZE - 64, 64)
+    depth = 8
+    with resident(path), DirectReader(path, page_cache=True) as r:
+        stream = r.stream(offsets, 64, depth=depth, batch=batch)
+        first = next(stream)
+        rows_per_unit = batch or 1
+        assert 0 < stream.stats()["page_cache_reads"] <= (8 * depth + 1) * rows_per_unit
+        rest = list(stream)
+        assert stream.stats()["page_cache_reads"] == len(offsets) and stream.stats()["ios"] == 0
+    got = np.concatenate([np.asarray(first).reshape(-1, 64)]
+                         + [np.asarray(row).reshape(-1, 64) for row in rest])  # fmt: skip
+    assert got.tobytes() == content[: len(offsets) * 64]
+
+
 def test_leaving_a_stream_early_leaves_nothing_in_flight(data_file):
     from pyinit.io import memory_stats
 

@@ -567,12 +567,16 @@ ReaderStats DirectReader::Stream::stats() const {
 // Plans rows ahead: always the front unit, at least twice the depth in IOs,
 // and up to eight times it while the rows ahead take under 64 MiB. Rows
 // complete out of order and are returned in order: a slow read at the front
-// must not leave the ring idle for want of planned reads behind it.
+// must not leave the ring idle for want of planned reads behind it. A unit
+// whose rows were all copied from the page cache counts as one IO: it adds
+// none to the queue, and a stream of cached rows once copied all of them
+// (119 MB of a data set) before its first row came back.
 void DirectReader::Stream::plan_ahead() {
   const size_t rows_per_unit = batch_ == 0 ? 1 : batch_;
   auto room = [&] {
-    if (units_.empty() || queue_->size() < 2 * depth_) return true;
-    return queue_->size() < 8 * depth_ && planned_bytes_ < kLookaheadBytes;
+    const size_t ahead = queue_->size() + copied_units_;
+    if (units_.empty() || ahead < 2 * depth_) return true;
+    return ahead < 8 * depth_ && planned_bytes_ < kLookaheadBytes;
   };
   while (planned_rows_ < offsets_.size() && room()) {
     size_t rows = std::min(rows_per_unit, offsets_.size() - planned_rows_);
@@ -602,6 +606,7 @@ void DirectReader::Stream::plan_ahead() {
     }
     unit.rows = rows;
     unit.pieces = queue_->size() - before;
+    if (unit.pieces == 0) ++copied_units_;
     planned_rows_ += rows;
     planned_bytes_ += unit.block.size();
     units_.push_back(std::move(unit));
@@ -628,6 +633,7 @@ bool DirectReader::Stream::next(Item* item) {
       }
     }
     queue_->pop_front(unit.pieces);
+    if (unit.pieces == 0) --copied_units_;
     planned_bytes_ -= unit.block.size();
     item->block = std::move(unit.block);
     item->head = unit.head;

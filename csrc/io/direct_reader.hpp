@@ -243,6 +243,7 @@ class DirectReader::Stream {
   static constexpr size_t kLookaheadBytes = 64 << 20;
   size_t planned_rows_ = 0;
   size_t planned_bytes_ = 0;  // in the blocks of the planned units
+  size_t copied_units_ = 0;   // planned units that need no IO (copied from the page cache)
   size_t returned_rows_ = 0;
   ReaderStats stats_;
   std::shared_ptr<StreamTotals> totals_;  // the reader's
