@@ -567,14 +567,15 @@ ReaderStats DirectReader::Stream::stats() const {
 // Plans rows ahead: always the front unit, at least twice the depth in IOs,
 // and up to eight times it while the rows ahead take under 64 MiB. Rows
 // complete out of order and are returned in order: a slow read at the front
-// must not leave the ring idle for want of planned reads behind it. A unit
-// whose rows were all copied from the page cache counts as one IO: it adds
-// none to the queue, and a stream of cached rows once copied all of them
-// (119 MB of a data set) before its first row came back.
+// must not leave the ring idle for want of planned reads behind it. A row
+// copied from the page cache counts as the reads it would have taken: it adds
+// none to the queue, and a stream of cached rows once copied all of them (119
+// MB of a data set) before its first row came back.
 void DirectReader::Stream::plan_ahead() {
   const size_t rows_per_unit = batch_ == 0 ? 1 : batch_;
+  const size_t reads_per_row = std::max<size_t>(1, (length_ + kMaxIo - 1) / kMaxIo);
   auto room = [&] {
-    const size_t ahead = queue_->size() + copied_units_;
+    const size_t ahead = queue_->size() + copied_reads_;
     if (units_.empty() || ahead < 2 * depth_) return true;
     return ahead < 8 * depth_ && planned_bytes_ < kLookaheadBytes;
   };
@@ -599,6 +600,7 @@ void DirectReader::Stream::plan_ahead() {
           resident_[file].copy_if_resident(offsets_[index], length_,
                                            dst + (batch_ == 0 ? unit.head : 0))) {
         ++stats_.page_cache_reads;
+        unit.copied_reads += reads_per_row;
         continue;
       }
       DirectReader::plan(files_[file], file, offsets_[index], length_, dst, batch_ == 0,
@@ -606,7 +608,7 @@ void DirectReader::Stream::plan_ahead() {
     }
     unit.rows = rows;
     unit.pieces = queue_->size() - before;
-    if (unit.pieces == 0) ++copied_units_;
+    copied_reads_ += unit.copied_reads;
     planned_rows_ += rows;
     planned_bytes_ += unit.block.size();
     units_.push_back(std::move(unit));
@@ -633,7 +635,7 @@ bool DirectReader::Stream::next(Item* item) {
       }
     }
     queue_->pop_front(unit.pieces);
-    if (unit.pieces == 0) --copied_units_;
+    copied_reads_ -= unit.copied_reads;
     planned_bytes_ -= unit.block.size();
     item->block = std::move(unit.block);
     item->head = unit.head;

@@ -221,7 +221,8 @@ class DirectReader::Stream {
     OwnedBlock block;
     size_t head = 0;
     size_t rows = 0;
-    size_t pieces = 0;  // of the queue's, in order
+    size_t pieces = 0;        // of the queue's, in order
+    size_t copied_reads = 0;  // the reads its rows copied from the page cache took the place of
   };
 
   std::vector<std::string> paths_;
@@ -243,7 +244,7 @@ class DirectReader::Stream {
   static constexpr size_t kLookaheadBytes = 64 << 20;
   size_t planned_rows_ = 0;
   size_t planned_bytes_ = 0;  // in the blocks of the planned units
-  size_t copied_units_ = 0;   // planned units that need no IO (copied from the page cache)
+  size_t copied_reads_ = 0;   // what the planned units' Unit::copied_reads add up to
   size_t returned_rows_ = 0;
   ReaderStats stats_;
   std::shared_ptr<StreamTotals> totals_;  // the reader's
