@@ -300,7 +300,7 @@ class TokenShardDataset(IterableDataset):
     def _windows_of(self, batches: range) -> tuple[np.ndarray, np.ndarray]:
         """windows() of each of `batches`, one batch after another, in one
         pass: an epoch's are a stream's rows, and a call per batch (28,910
-        for the example's data) cost its first batch a second."""
+        for the example's data) held its first batch 0.36 s on a 2-core VM."""
         numbers = np.arange(batches.start, batches.stop, batches.step, dtype=np.int64)
         ranked = (numbers[:, None] * self.batch_size
                   + np.arange(self.batch_size, dtype=np.int64)).ravel()  # fmt: skip
