@@ -56,6 +56,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pyinit import bytecode
+from pyinit.analysis.timeline import RESUME_PHASES, resumes
 from pyinit.bench.collectives import MULTICAST_OFF
 from pyinit.jsonfile import write_json
 from pyinit.plotting import pyplot, save_figure
@@ -142,9 +143,10 @@ def one_run(command: list[str], folder: Path, warm_dir: Path) -> dict[str, float
 
 
 def restart_run(command: list[str], folder: Path, warm_dir: Path, kill_at: int,
-                victim: int) -> float:  # fmt: skip
+                victim: int) -> tuple[float, dict[str, float]]:  # fmt: skip
     """Seconds from KILLing rank `victim` at step `kill_at` to the restarted
-    group's first step on every rank."""
+    group's first step on every rank, and the restart's phases as `pyinit
+    timeline` names them (the slowest rank's seconds in each)."""
     folder.mkdir(parents=True, exist_ok=True)
     status = folder / "status"
     with (folder / "stderr.txt").open("w") as errors, subprocess.Popen(
@@ -161,9 +163,13 @@ def restart_run(command: list[str], folder: Path, warm_dir: Path, kill_at: int,
     if code != 0 or not killed:
         tail = (folder / "stderr.txt").read_text()[-6000:]
         raise RuntimeError(f"restart run exited with {code} (killed: {bool(killed)}):\n{tail}")
-    firsts = [e["end"] for e in events_of(folder) if e["event"] == "phase"
+    events = events_of(folder)
+    firsts = [e["end"] for e in events if e["event"] == "phase"
               and e["name"] == "first step" and e.get("attempt") == 1]  # fmt: skip
-    return max(firsts) - killed
+    labels = dict(RESUME_PHASES)
+    found = resumes(events)
+    phases = {labels[name]: s for name, s in (found[0].phases if found else {}).items()}
+    return max(firsts) - killed, phases
 
 
 def warm_start(warm_dir: Path) -> float:
@@ -240,6 +246,7 @@ def main() -> int:
 
     runs: dict[str, list[dict[str, float]]] = {}
     restarts: dict[str, list[float]] = {}
+    restart_phases: dict[str, list[dict[str, float]]] = {}
     jobs = {"": [], "compiled ": ["--compile"]}
     with tempfile.TemporaryDirectory() as scratch:
         warm_dir = Path(scratch, "warm")
@@ -278,10 +285,13 @@ def main() -> int:
                     for name in (COLD, TORCHRUN) if args.kill_at else ():
                         key = f"{job}{name}"
                         folder = Path(scratch) / f"restart-{key.replace(' ', '_')}-{round_no}"
-                        took = restart_run(again[name](folder, 1), folder, warm_dir,
-                                           args.kill_at, nproc - 1)  # fmt: skip
+                        took, phases = restart_run(again[name](folder, 1), folder, warm_dir,
+                                                   args.kill_at, nproc - 1)  # fmt: skip
                         restarts.setdefault(key, []).append(took)
-                        print(f"round {round_no} {key}: restart in {took:.2f} s", file=sys.stderr)
+                        restart_phases.setdefault(key, []).append(phases)
+                        steps = ", ".join(f"{n} {s:.2f}" for n, s in phases.items())
+                        print(f"round {round_no} {key}: restart in {took:.2f} s ({steps})",
+                              file=sys.stderr)  # fmt: skip
         finally:
             warm_stop(warm_dir)
     median = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]}
@@ -326,6 +336,7 @@ def main() -> int:
     document = {"date": time.strftime("%Y-%m-%d"), "machine": args.machine, "gpus": gpus,
                 "workers": nproc, "rounds": args.rounds, "steps": args.steps, "runs": runs,
                 "median": median, "restarts": restarts, "restart_median": restart_median,
+                "restart_phases": restart_phases,
                 "ratios": ratios, "targets": TARGETS, "warm_start_s": ready_s,
                 "bytecode_cache": str(cache) if cache else None, "import_s": imports}  # fmt: skip
     write_json(out / "first_step.json", document)
