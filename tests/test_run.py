@@ -23,6 +23,8 @@ from conftest import EXAMPLE, NODES, TINY, node_addresses
 from conftest import run_events as events
 from test_hostile import children_of
 
+from pyinit.run.agent import WorkerEnds
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -296,6 +298,40 @@ def test_restarts_are_events(pyinit_bin, tmp_path):
     log = events(tmp_path)
     assert [e["attempt"] for e in log if e["event"] == "restart"] == [1]
     assert log[-1]["status"] == 0
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_a_worker_s_end_is_seen_at_once_not_at_the_agent_s_next_look(pyinit_bin, tmp_path, start):
+    script = tmp_path / "flaky.py"
+    script.write_text(
+        "import os, sys\nsys.exit(0 if int(os.environ['TORCHELASTIC_RESTART_COUNT']) else 5)\n"
+    )
+    # torchrun's agent looks every 60 s here: the failure and then the end, each
+    # seen only at a look, would take two minutes.
+    result = pyinit_run(pyinit_bin, "--nproc-per-node", "2", "--max-restarts", "1",
+                        "--worker-start", start, "--torchrun", "--monitor-interval 60",
+                        "--run-dir", tmp_path, "--", script, timeout=50)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert [e["attempt"] for e in events(tmp_path) if e["event"] == "restart"] == [1]
+
+
+def test_an_end_seen_once_no_longer_cuts_the_agent_s_wait_short():
+    ends = WorkerEnds()
+    quick = subprocess.Popen([sys.executable, "-c", "pass"])
+    slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        ends.watch([quick.pid, slow.pid])
+        began = time.monotonic()
+        ends.wait(60)
+        assert time.monotonic() - began < 50  # woken by the quick one's end
+        assert quick.wait(timeout=10) == 0
+        began = time.monotonic()
+        ends.wait(0.3)  # the slow one still runs: the whole wait, not a busy loop
+        assert time.monotonic() - began >= 0.29
+    finally:
+        slow.kill()
+        slow.wait()
+        ends.forget()
 
 
 def test_sigterm_ends_the_workers_and_gives_143(pyinit_bin, tmp_path):

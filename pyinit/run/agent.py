@@ -22,8 +22,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import select
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +98,7 @@ def main(argv: list[str] | None = None, started: float | None = None) -> None:
         from pyinit.run import store
 
         store.register_handler(str(Path(folder, "status")) if folder else None)
+        notice_worker_ends()
         if folder:
             time_restarts(Path(folder, "status"), int(os.environ.get("PYINIT_NODE_RANK", "0")))
         if preloads:  # workers forked from here: a restarted group's are too
@@ -129,6 +132,82 @@ def main(argv: list[str] | None = None, started: float | None = None) -> None:
         raise
     finally:
         bytecode.end(filler)
+
+
+class WorkerEnds:
+    """A wait with a timeout that a worker's end cuts short: its process's
+    pidfd, and for a forked worker the pipe it hands its return value back
+    on (it lives on until the agent has read every rank's). Each is dropped
+    once seen readable, so that an end torch has seen does not cut every
+    later wait short."""
+
+    def __init__(self) -> None:
+        self._poll = select.poll()
+        self._owned: set[int] = set()  # the pidfds; the pipes are torch's
+
+    def watch(self, pids: Iterable[int], pipes: Iterable[int] = ()) -> None:
+        """The workers to watch from now on, the last group's forgotten."""
+        self.forget()
+        for pid in pids:
+            try:
+                fd = os.pidfd_open(pid)
+            except OSError:  # gone already (torch sees it), or no pidfds here
+                continue
+            self._owned.add(fd)
+            self._poll.register(fd, select.POLLIN)
+        for fd in pipes:
+            self._poll.register(fd, select.POLLIN)
+
+    def forget(self) -> None:
+        self._poll = select.poll()
+        for fd in self._owned:
+            os.close(fd)
+        self._owned.clear()
+
+    def wait(self, seconds: float) -> None:
+        """Returns when a watched worker has ended or returned, or after `seconds`."""
+        for fd, _ in self._poll.poll(seconds * 1000):
+            self._poll.unregister(fd)
+            if fd in self._owned:
+                self._owned.remove(fd)
+                os.close(fd)
+
+
+def notice_worker_ends() -> None:
+    """torchrun's agent looks at its workers once per monitor interval (0.1
+    s), sleeping in between: a worker that died waited that long for the
+    restart, 37% of an eager restart on a 2-core machine (0.19 s against
+    0.12 with a 0.02 s interval), and a finished group for its end. The
+    agent's sleep between looks now ends as soon as a worker process ends
+    or hands back its return value, and otherwise lasts the interval, so
+    the agent looks no more often than torch's does. The pidfds are closed
+    before each group is started, so no worker inherits its siblings'."""
+    from torch.distributed.elastic.agent.server import api
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+    ends = WorkerEnds()
+    start = LocalElasticAgent._start_workers
+
+    @functools.wraps(start)
+    def start_watched(agent: Any, *args: Any, **kwargs: Any) -> Any:
+        ends.forget()
+        pids = start(agent, *args, **kwargs)
+        returns = getattr(agent._pcontext, "_ret_vals", {})  # forked workers only
+        ends.watch(pids.values(), [queue._reader.fileno() for queue in returns.values()])
+        return pids
+
+    class Clock:
+        """The time module as torch's agent sees it, but for its sleep."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(time, name)
+
+        @staticmethod
+        def sleep(seconds: float) -> None:
+            ends.wait(seconds)
+
+    LocalElasticAgent._start_workers = start_watched
+    api.time = Clock()
 
 
 def time_restarts(status_dir: Path, node: int) -> None:
@@ -297,8 +376,6 @@ def environment_read_again() -> None:
     that import fails in a cold agent). Python code that looked a variable
     up while the warm interpreter imported is compared instead
     (pyinit.run.warm.protocol)."""
-    import time
-
     time.tzset()
     distributed = sys.modules.get("torch.distributed")
     if distributed is not None and distributed.is_available():
