@@ -315,6 +315,31 @@ def test_a_worker_s_end_is_seen_at_once_not_at_the_agent_s_next_look(pyinit_bin,
     assert [e["attempt"] for e in events(tmp_path) if e["event"] == "restart"] == [1]
 
 
+def test_a_rank_that_returned_before_another_died_lets_the_group_restart(pyinit_bin, tmp_path):
+    # Rank 0 returns and waits for the agent's word; rank 1 then dies. torch
+    # kills rank 0 as it waits, and the agent's word, given as it stops the
+    # group, once waited for rank 0 to wake: the run hung for good.
+    returned = tmp_path / "returned"
+    script = tmp_path / "late_death.py"
+    script.write_text(f"""
+import os, signal, time
+from pathlib import Path
+returned = Path({str(returned)!r})
+if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+    if os.environ["RANK"] == "0":
+        returned.touch()
+    else:
+        while not returned.exists():
+            time.sleep(0.05)
+        time.sleep(1)  # rank 0 is past its script and waiting by now
+        os.kill(os.getpid(), signal.SIGKILL)
+""")
+    result = pyinit_run(pyinit_bin, "--cold", "--nproc-per-node", "2", "--max-restarts", "1",
+                        "--run-dir", tmp_path / "run", "--", script, timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert [e["attempt"] for e in events(tmp_path / "run") if e["event"] == "restart"] == [1]
+
+
 def test_an_end_seen_once_no_longer_cuts_the_agent_s_wait_short():
     ends = WorkerEnds()
     quick = subprocess.Popen([sys.executable, "-c", "pass"])

@@ -279,7 +279,9 @@ def forked_workers_end_as_processes() -> None:
       s grace and was KILLed. Its return value is already in its pipe (a
       SimpleQueue, no feeder thread), so the agent says it has read them all
       before it signals the workers; the workers see that as the group's
-      stop (``pyinit.run.group``)."""
+      stop (``pyinit.run.group``). It says so without waiting for a worker
+      to wake (``group.release``): one that torch had killed while it
+      waited, as it kills the rest when a rank dies, hung the agent."""
     from torch.distributed.elastic.multiprocessing.api import MultiprocessContext
 
     start, poll, close = (
@@ -311,7 +313,7 @@ def forked_workers_end_as_processes() -> None:
     def close_releasing(context: Any, *args: Any, **kwargs: Any) -> Any:
         finished = getattr(context, "_worker_finished_event", None)
         if finished is not None:
-            finished.set()
+            group.release(finished)
         return close(context, *args, **kwargs)
 
     MultiprocessContext._start = start_sharing

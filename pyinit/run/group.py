@@ -18,6 +18,9 @@ from typing import Any
 
 from pyinit.runlog.appender import identity
 
+# How long the agent waits for the finished event's lock, which only a worker
+# inside Event.wait holds, and that for microseconds.
+LOCK_WAIT_S = 1.0
 _finished: Any = None
 _returns: dict[int, Any] = {}  # local rank: torch's SimpleQueue for its return value
 
@@ -26,6 +29,26 @@ def started(finished: Any, returns: dict[int, Any]) -> None:
     """In the agent, as it forks a group: that group's event and return queues."""
     global _finished, _returns
     _finished, _returns = finished, returns
+
+
+def release(finished: Any) -> None:
+    """In the agent: `finished` (a multiprocessing Event) set without waiting
+    for its waiters. ``Event.set()`` wakes each waiting worker and then waits
+    for it to say it woke; a worker killed while it waited never does (torch
+    terminates the others when one rank dies, a rank that had returned among
+    them), and the agent then waited for good. Here each waiter is woken
+    and not waited for; and where a worker died holding the event's lock
+    (a narrow window inside ``Event.wait``), the flag is set without it."""
+    cond = finished._cond
+    held = cond.acquire(timeout=LOCK_WAIT_S)
+    try:
+        finished._flag.acquire(False)
+        finished._flag.release()
+        while cond._sleeping_count.acquire(False):
+            cond._wait_semaphore.release()
+    finally:
+        if held:
+            cond.release()
 
 
 def stopping() -> bool:
