@@ -20,11 +20,13 @@ process group, the compile, the first step.
 The restart: the last rank is KILLed once it has done --kill-at steps, with
 --max-restarts 1; measured from the kill to the restarted group's first step
 on every rank, for `pyinit run --cold` (the new workers fork from the agent)
-and plain torchrun (fresh interpreters). Compiled runs share inductor's
-default cache folder, as a user's runs on one node do; one compiled run
-before the rounds, not counted, fills it, so that every counted launch finds
-its graphs there (otherwise the first compiled launch of round 0, whichever
-launcher it is, pays the whole compile).
+and plain torchrun (fresh interpreters), each printed with its phases as
+`pyinit timeline` names them (plain torchrun's agent marks none of its
+own). Compiled runs share inductor's default cache folder, as a user's runs
+on one node do; one compiled run before the rounds, not counted, fills it,
+so that every counted launch finds its graphs there (otherwise the first
+compiled launch of round 0, whichever launcher it is, pays the whole
+compile).
 
 Where the environment has no bytecode of its own and Python may not write it
 (PYTHONDONTWRITEBYTECODE=1), pyinit keeps a bytecode cache (pyinit.bytecode):
