@@ -146,8 +146,8 @@ class WorkerEnds:
         self._owned: set[int] = set()  # the pidfds; the pipes are torch's
 
     def watch(self, pids: Iterable[int], pipes: Iterable[int] = ()) -> None:
-        """The workers to watch from now on, the last group's forgotten."""
-        self.forget()
+        """The workers to watch, beside those watched already (forget() first
+        for a new group)."""
         for pid in pids:
             try:
                 fd = os.pidfd_open(pid)
