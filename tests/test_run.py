@@ -736,33 +736,6 @@ def test_a_node_is_gone_once_silent_after_the_workers_started_unless_it_ended_we
             peer.close()
 
 
-def test_a_node_whose_run_failed_first_is_not_named_gone(monkeypatch):
-    """A node whose run failed says so while it lingers; one that ends its
-    own run after it has stopped answering names it not as gone (a node
-    that said nothing, nothing listening at its address, it still names)."""
-    from pyinit.run import liveness
-
-    monkeypatch.setattr(liveness, "PEER_POLL_S", 0.1)
-    addresses = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
-    own = liveness.Liveness(addresses[0], 0)
-    own.port = port = own._sock.getsockname()[1]
-    failed = liveness.Liveness(addresses[1], port)
-    try:
-        failed.start()
-        own.watch_peers(addresses, 0, None, lambda rank, silent_s: None)
-        failed.end_failed()
-        deadline = time.monotonic() + 30
-        while failed._ended_answers < 2:
-            assert time.monotonic() < deadline, "the watch did not ask"
-            time.sleep(0.05)
-        failed.close()
-        own.unreachable(addresses, 0)  # a closed port's thread may still take one more ask
-        assert own.unreachable(addresses, 0) == [2]
-    finally:
-        own.close()
-        failed.close()
-
-
 @pytest.mark.root
 @pytest.mark.slow
 def test_eight_nodes_join_sum_and_name_a_killed_one(node_runs, eight_namespaces, tmp_path, shards):

@@ -38,10 +38,6 @@ JOINED = b"alive joined\n"  # the answer of a node whose agent has reached the r
 # The answer of a node whose run ended well, before it stops answering: its ranks are
 # done, and the others may still be at their own end (rank 0's last save).
 ENDED = b"ended\n"
-# The answer of a node whose run failed, before it stops answering: the others end
-# their workers as for a node gone (after LOST_AFTER_S of silence), but do not name
-# it gone at their own end: it ended, and its own log says why.
-ENDED_FAILED = b"ended failed\n"
 
 
 class Liveness:
@@ -59,14 +55,13 @@ class Liveness:
         # Whether this node's agent has reached the rendezvous (set by its JoinWatch):
         # `alive joined` then, so the node serving the store can name who has not.
         self.joined: Callable[[], bool] = lambda: False
-        self._end: bytes | None = None  # ENDED or ENDED_FAILED, once this node's run ended
+        self._ended = False  # this node's run ended well: it answers ENDED
         self._ended_answers = 0  # how many asks it has answered so since
         self._stop = threading.Event()
         self._seen: dict[int, int] = {}  # the last stall number each node reported
         self._answered_at: dict[int, float] = {}  # when each other node last answered
         self._started_at: float | None = None  # when this node's workers were seen started
         self._ended_peers: set[int] = set()  # the nodes that said their run ended well
-        self._failed_peers: set[int] = set()  # the nodes that said their run failed
         self._lost: set[int] = set()  # the nodes found gone (each handed on once)
         try:
             self._sock = listen_at(address, port)
@@ -95,9 +90,9 @@ class Liveness:
     def _answer(self) -> bytes:
         if self.stall:
             return self.stall
-        if self._end is not None:
+        if self._ended:
             self._ended_answers += 1
-            return self._end
+            return ENDED
         return JOINED if self.joined() else b"alive\n"
 
     def report_stall(self, verdict: dict[str, Any]) -> None:
@@ -145,8 +140,6 @@ class Liveness:
             verdict = stall_verdict(line)
             if line == ENDED:
                 self._ended_peers.add(rank)
-            elif line == ENDED_FAILED:
-                self._failed_peers.add(rank)
             if verdict is not None and verdict["count"] > self._seen.get(rank, 0):
                 self._seen[rank] = verdict["count"]
                 found.append(verdict)
@@ -193,26 +186,19 @@ class Liveness:
 
         threading.Thread(target=poll, name="pyinit-peers", daemon=True).start()
 
-    def end_failed(self) -> None:
-        """Answers ENDED_FAILED from now on."""
-        self._end = ENDED_FAILED
-
     def end_well(self, peers: int, limit_s: float) -> None:
         """Answers ENDED from now on, and waits until as many asks as there
         are other nodes have had that answer (each asks once a second), or
         limit_s: a node that stops answering unannounced is gone to them."""
-        self._end = ENDED
+        self._ended = True
         deadline = time.monotonic() + limit_s
         while self._ended_answers < peers and time.monotonic() < deadline:
             time.sleep(0.05)
 
     def unreachable(self, addresses: Sequence[str], own_rank: int) -> list[int]:
-        """The other nodes that do not answer within 2 s, but for those that
-        said their run ended: a node whose run failed a few seconds before
-        this one's has stopped answering, and is not gone."""
+        """The other nodes that do not answer within 2 s."""
         answers = self._ask_peers(addresses, own_rank, 2.0)
-        ended = self._ended_peers | self._failed_peers
-        return [rank for rank, line in answers.items() if line is None and rank not in ended]
+        return [rank for rank, line in answers.items() if line is None]
 
     def close(self) -> None:
         self._stop.set()
@@ -353,8 +339,7 @@ class JoinWatch:
         for rank, line in self.liveness._ask_peers(self.nodes.addresses, self.rank, 2.0).items():
             if line is None:
                 silent.append(rank)
-            elif rank != 0 and line not in (JOINED, ENDED, ENDED_FAILED) and (
-                    stall_verdict(line) is None):  # fmt: skip
+            elif rank != 0 and line not in (JOINED, ENDED) and stall_verdict(line) is None:
                 waiting.append(rank)
         if self.rank != 0 and not self.has_joined():
             waiting.append(self.rank)  # this node's own agent has not either
