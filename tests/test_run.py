@@ -736,6 +736,45 @@ def test_a_node_is_gone_once_silent_after_the_workers_started_unless_it_ended_we
             peer.close()
 
 
+def test_a_node_whose_run_failed_first_is_not_named_gone_nor_joined_unless_it_had(
+    monkeypatch, tmp_path
+):
+    """Nodes whose run failed say so while they linger, and whether their
+    agent had joined. Once they are silent, a node that ends later names
+    neither as gone (a node that never answered, nothing listening at its
+    address, it still names); and while nodes wait to join, one that failed
+    before it joined is named as not joined, one that failed after is not."""
+    from pyinit.run import liveness
+    from pyinit.run.nodes import Nodes
+
+    monkeypatch.setattr(liveness, "PEER_POLL_S", 0.1)
+    addresses = ("127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4")
+    own = liveness.Liveness(addresses[0], 0)
+    own.port = port = own._sock.getsockname()[1]
+    after_joining, before_joining = (liveness.Liveness(a, port) for a in addresses[1:3])
+    after_joining.joined = lambda: True
+    nodes = Nodes(4, 0, addresses[0], "hostfile", addresses, addresses)
+    joins = liveness.JoinWatch(tmp_path / "joined", own, nodes, 60.0, lambda line: None)
+    try:
+        for peer in (after_joining, before_joining):
+            peer.start()
+            peer.end_failed()
+        assert joins.not_joined() == ([3], [2])
+        own.watch_peers(addresses, 0, None, lambda rank, silent_s: None)
+        deadline = time.monotonic() + 30
+        while len(own._failed_peers) < 2:
+            assert time.monotonic() < deadline, "the watch did not hear the failed nodes"
+            time.sleep(0.05)
+        after_joining.close()
+        before_joining.close()
+        own.unreachable(addresses, 0)  # a closed port's thread may still take one more ask
+        assert own.unreachable(addresses, 0) == [3]
+    finally:
+        own.close()
+        after_joining.close()
+        before_joining.close()
+
+
 @pytest.mark.root
 @pytest.mark.slow
 def test_eight_nodes_join_sum_and_name_a_killed_one(node_runs, eight_namespaces, tmp_path, shards):

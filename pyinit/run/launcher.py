@@ -550,7 +550,9 @@ def conclude(plan: Plan, outcome: Outcome, out: IO[str]) -> int:
         # Said before this node stops answering, or the others take it for gone.
         liveness.end_well(nodes.count - 1, LIVENESS_LINGER_S)
     elif liveness is not None:
-        # The other nodes are checking who is gone right now: stay reachable a moment.
+        # The other nodes are checking who is gone right now, or will as they end:
+        # stay reachable a moment, saying this run ended.
+        liveness.end_failed()
         time.sleep(LIVENESS_LINGER_S)
     details = plan.folder / AGENT_LOG
     if status != 0 and not failures and not forwarded and not fields.get("not_joined") and not (

@@ -38,6 +38,12 @@ JOINED = b"alive joined\n"  # the answer of a node whose agent has reached the r
 # The answer of a node whose run ended well, before it stops answering: its ranks are
 # done, and the others may still be at their own end (rank 0's last save).
 ENDED = b"ended\n"
+# The answers of a node whose run failed, for the moment it stays reachable: its
+# silence afterwards ends the others' workers as any node's does, but it ended, and
+# is not named gone at their end. "joined" when its agent had reached the
+# rendezvous: one that failed before it must still be named as not joined.
+ENDED_FAILED = b"ended failed\n"
+ENDED_FAILED_JOINED = b"ended failed joined\n"
 
 
 class Liveness:
@@ -56,12 +62,14 @@ class Liveness:
         # `alive joined` then, so the node serving the store can name who has not.
         self.joined: Callable[[], bool] = lambda: False
         self._ended = False  # this node's run ended well: it answers ENDED
+        self._failed = False  # this node's run failed: it answers ENDED_FAILED(_JOINED)
         self._ended_answers = 0  # how many asks it has answered so since
         self._stop = threading.Event()
         self._seen: dict[int, int] = {}  # the last stall number each node reported
         self._answered_at: dict[int, float] = {}  # when each other node last answered
         self._started_at: float | None = None  # when this node's workers were seen started
         self._ended_peers: set[int] = set()  # the nodes that said their run ended well
+        self._failed_peers: set[int] = set()  # the nodes that said their run failed
         self._lost: set[int] = set()  # the nodes found gone (each handed on once)
         try:
             self._sock = listen_at(address, port)
@@ -93,6 +101,8 @@ class Liveness:
         if self._ended:
             self._ended_answers += 1
             return ENDED
+        if self._failed:
+            return ENDED_FAILED_JOINED if self.joined() else ENDED_FAILED
         return JOINED if self.joined() else b"alive\n"
 
     def report_stall(self, verdict: dict[str, Any]) -> None:
@@ -140,6 +150,8 @@ class Liveness:
             verdict = stall_verdict(line)
             if line == ENDED:
                 self._ended_peers.add(rank)
+            elif line in (ENDED_FAILED, ENDED_FAILED_JOINED):
+                self._failed_peers.add(rank)
             if verdict is not None and verdict["count"] > self._seen.get(rank, 0):
                 self._seen[rank] = verdict["count"]
                 found.append(verdict)
@@ -195,10 +207,17 @@ class Liveness:
         while self._ended_answers < peers and time.monotonic() < deadline:
             time.sleep(0.05)
 
+    def end_failed(self) -> None:
+        """Answers ENDED_FAILED (or ENDED_FAILED_JOINED) from now on."""
+        self._failed = True
+
     def unreachable(self, addresses: Sequence[str], own_rank: int) -> list[int]:
-        """The other nodes that do not answer within 2 s."""
+        """The other nodes that do not answer within 2 s, but for those that
+        said their run had ended: one whose run failed a few seconds before
+        this one's has stopped answering, and is not gone."""
         answers = self._ask_peers(addresses, own_rank, 2.0)
-        return [rank for rank, line in answers.items() if line is None]
+        ended = self._ended_peers | self._failed_peers
+        return [rank for rank, line in answers.items() if line is None and rank not in ended]
 
     def close(self) -> None:
         self._stop.set()
@@ -339,7 +358,8 @@ class JoinWatch:
         for rank, line in self.liveness._ask_peers(self.nodes.addresses, self.rank, 2.0).items():
             if line is None:
                 silent.append(rank)
-            elif rank != 0 and line not in (JOINED, ENDED) and stall_verdict(line) is None:
+            elif rank != 0 and line not in (JOINED, ENDED, ENDED_FAILED_JOINED) and (
+                    stall_verdict(line) is None):  # fmt: skip
                 waiting.append(rank)
         if self.rank != 0 and not self.has_joined():
             waiting.append(self.rank)  # this node's own agent has not either
