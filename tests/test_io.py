@@ -766,6 +766,34 @@ def test_io_targets_keep_each_rounds_ratio_range(capsys):
     assert "rounds" not in targets(results[:2], [pattern])[0]  # one round: no range
 
 
+@pytest.mark.root
+def test_io_benchmark_counts_the_device_under_a_file_and_splits_by_littles_law(folder):
+    """A file's reads are counted on the block device its filesystem lies on
+    (here a loop device), none where there is no such device (procfs); a
+    run's device columns are its mean time per read there and, by Little's
+    law, its IOPS times that: the reads there on average."""
+    from conftest import loop_filesystem
+
+    from pyinit.bench.io import PERCENTILES, Result, column_values, disk_counters, fio_key
+
+    with loop_filesystem(folder, 32) as mount:
+        target = mount / "data.bin"
+        target.write_bytes(os.urandom(1 << 20))
+        os.sync()
+        before = disk_counters(str(target))
+        with DirectReader(str(target)) as reader:
+            reader.read_batch(np.arange(0, 1 << 20, 64 << 10), 4096)  # 16 reads, apart
+        after = disk_counters(str(target))
+    assert after["read_ios"] - before["read_ios"] >= 16, (before, after)
+    assert disk_counters("/proc/self/status") is None
+    cuts = {fio_key(q): 1000.0 for q in PERCENTILES}
+    # 2,000 reads that spent 64 s at the device in all: 32 ms each, at 1,000 a second.
+    disk = {"read_ios": 2000, "read_merges": 0, "read_sectors": 16000, "read_ticks": 64_000}
+    values = column_values(Result("fio", "p", 1000.0, 4096e3, "clat_ns", cuts, disk))
+    assert values["dev_us"] == pytest.approx(32_000) and values["dev_qd"] == pytest.approx(32)
+    assert "dev_qd" not in column_values(Result("fio", "p", 1000.0, 4096e3, "clat_ns", cuts, None))
+
+
 def test_io_benchmark_of_a_file_whose_name_is_not_utf8(folder, pyinit_bin):
     """fio's JSON, the plot's title and the last line name the file: a name in
     another encoding is read back, drawn as \\xNN and printed as its bytes,
@@ -846,6 +874,8 @@ def test_io_benchmark_fio_knobs_match_fios_own_job(tmp_path, pyinit_bin, knobs, 
         )
         if knobs[1] == "randread":
             assert disk["read_merges"] <= disk["read_ios"] // 100
+    for tool in document["table"][name].values():
+        assert tool["dev_us"] > 0 and tool["dev_qd"] > 0
 
 
 def test_map_file_refuses_bad_ranges_and_paths_by_name(tmp_path):

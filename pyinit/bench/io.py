@@ -16,9 +16,15 @@ round by round, with the page cache dropped before every run. Reported: IOPS,
 GB/s and latency p50/p99/p99.9/p99.99. With read our latency is the whole
 Python call, against fio's total latency (``lat_ns``, submission included);
 otherwise both are completion latency (``clat_ns``, submit to completion of
-each IO). The JSON keeps fio's field names for the shared
-figures (``iops``, ``bw_bytes``, ``lat_ns``/``clat_ns`` percentiles keyed
-"99.990000", and ``disk_util`` from the device's own counters).
+each IO). Where the target is, or lies on, a block device with counters in
+sysfs, two more columns split a gap by Little's law: ``dev us``, the mean
+time a read spent in the block layer and the device (its ``read_ticks`` over
+its ``read_ios``), and ``dev qd``, the reads there on average (IOPS times
+that). At the same ``dev qd`` a slower run's reads took longer at the device;
+at the same ``dev us`` it kept fewer of them there. The counters are the
+whole device's: other IO on it counts too. The JSON keeps fio's field names
+for the shared figures (``iops``, ``bw_bytes``, ``lat_ns``/``clat_ns``
+percentiles keyed "99.990000", and ``disk_util`` from the device's counters).
 
     pyinit bench io --loop 512M                # a loop device over a file, made and removed here
     pyinit bench io /dev/nvme0n1 --runtime 10  # an existing device or file, read only
@@ -35,6 +41,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import stat
 import statistics
 import subprocess
 import sys
@@ -321,13 +328,15 @@ DISK_FIELDS = ("read_ios", "read_merges", "read_sectors", "read_ticks")
 
 
 def disk_counters(target: str) -> dict[str, int] | None:
-    """The block device's read counters, or None for a regular file."""
-    if not os.path.realpath(target).startswith("/dev/"):
-        return None
+    """The read counters of the block device `target` is, or of the one its
+    filesystem lies on (a partition's own); None where that has none in
+    sysfs (tmpfs, overlay, a network filesystem)."""
     try:
-        fields = Path(f"/sys/class/block/{os.path.basename(os.path.realpath(target))}/stat")
+        status = os.stat(target)
+        device = status.st_rdev if stat.S_ISBLK(status.st_mode) else status.st_dev
+        fields = Path(f"/sys/dev/block/{os.major(device)}:{os.minor(device)}/stat")
         values = [int(v) for v in fields.read_text().split()[: len(DISK_FIELDS)]]
-    except OSError:
+    except (OSError, ValueError):
         return None
     return dict(zip(DISK_FIELDS, values, strict=True))
 
@@ -411,17 +420,28 @@ def fio_version() -> str:
     return subprocess.run(["fio", "--version"], capture_output=True, text=True).stdout.strip()
 
 
+LATENCY_COLUMNS = tuple((f"p{q:g}_us", f"p{q:g} us", 9, 1) for q in PERCENTILES)
 COLUMNS = (  # (table key, header, width, decimals)
     ("iops", "IOPS", 10, 0),
     ("gb_s", "GB/s", 7, 3),
-    *((f"p{q:g}_us", f"p{q:g} us", 9, 1) for q in PERCENTILES),
+    *LATENCY_COLUMNS,
+    ("dev_us", "dev us", 8, 1),  # a read's mean time in the block layer and the device
+    ("dev_qd", "dev qd", 7, 1),  # the reads there on average
 )
 
 
 def column_values(result: Result) -> dict[str, float]:
-    """One run's value of each column of the table."""
+    """One run's value of each column of the table; the device's two only
+    where its counters are known."""
     latencies = {f"p{q:g}_us": result.percentiles_ns[fio_key(q)] / 1e3 for q in PERCENTILES}
-    return {"iops": result.iops, "gb_s": result.bw_bytes / 1e9, **latencies}
+    values = {"iops": result.iops, "gb_s": result.bw_bytes / 1e9, **latencies}
+    disk = result.disk_util
+    if disk and disk["read_ios"]:
+        device_s = disk["read_ticks"] / 1e3 / disk["read_ios"]
+        values["dev_us"] = device_s * 1e6
+        # Little's law: reads completed per second times the time each spent there.
+        values["dev_qd"] = result.iops * device_s
+    return values
 
 
 def summarize(results: list[Result]) -> dict[str, dict[str, dict[str, float]]]:
@@ -440,16 +460,18 @@ def print_table(table: dict[str, dict[str, dict[str, float]]]) -> None:
     titles = " ".join(f"{header:>{width}}" for _, header, width, _ in COLUMNS)
     print(f"{'pattern':24} {'tool':7} {titles}")
     for pattern, tools in table.items():
-        rows = [(tool, [v[key] for key, *_ in COLUMNS]) for tool, v in tools.items()]
+        rows = [(tool, [v.get(key) for key, *_ in COLUMNS]) for tool, v in tools.items()]
         if "fio" in tools:
             ours, fio = tools["pyinit"], tools["fio"]
-            ratios = [ours[key] / fio[key] if fio[key] else float("nan") for key, *_ in COLUMNS]
+            ratios = [ours[key] / fio[key] if ours.get(key) is not None and fio.get(key) else None
+                      for key, *_ in COLUMNS]  # fmt: skip
             rows.append(("ratio", ratios))
         for tool, values in rows:
             cells = " ".join(
-                f"{v:{width}.{3 if tool == 'ratio' else digits}f}"
+                f"{v:{width}.{3 if tool == 'ratio' else digits}f}" if v is not None
+                else f"{'-':>{width}}"
                 for v, (_, _, width, digits) in zip(values, COLUMNS, strict=True)
-            )
+            )  # fmt: skip
             print(f"{pattern if tool != 'ratio' else '':24} {tool:7} {cells}")
 
 
@@ -492,7 +514,7 @@ def plot(document: dict, path: Path) -> bool:
     if plt is None:
         return False
     table = document["table"]
-    keys = [key for key, *_ in COLUMNS[2:]]
+    keys = [key for key, *_ in LATENCY_COLUMNS]
     fig, axes = plt.subplots(1, len(table), figsize=(4.5 * len(table), 4), squeeze=False)
     for ax, (pattern, tools) in zip(axes[0], table.items(), strict=True):
         width = 0.8 / len(tools)
@@ -500,7 +522,7 @@ def plot(document: dict, path: Path) -> bool:
             xs = [x + i * width for x in range(len(keys))]
             ax.bar(xs, [v[k] for k in keys], width, label=f"{tool}: {v['iops']:,.0f} IOPS")
         ax.set_xticks([x + 0.4 - width / 2 for x in range(len(keys))])
-        ax.set_xticklabels([header.split()[0] for _, header, *_ in COLUMNS[2:]])
+        ax.set_xticklabels([header.split()[0] for _, header, *_ in LATENCY_COLUMNS])
         ax.set_yscale("log")
         ax.set_title(pattern)
         ax.set_ylabel("read latency, µs (log scale)")
