@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -692,6 +693,22 @@ def test_a_killed_node_ends_ranks_that_never_hear_of_it(node_runs, three_namespa
         assert log[-1]["unreachable_nodes"] == [{"rank": 2, "name": NODES[2], "address": NODES[2]}]
 
 
+def test_a_closed_liveness_port_answers_no_more():
+    """close() ends the accept() its thread is blocked in: the next ask is
+    refused, not answered once more by a thread that held the socket open."""
+    from pyinit.run import liveness
+
+    port_owner = liveness.Liveness("127.0.0.2", 0)
+    port = port_owner._sock.getsockname()[1]
+    port_owner.start()
+    try:
+        assert liveness._ask_all({1: "127.0.0.2"}, port, 10.0) == {1: b"alive\n"}
+    finally:
+        port_owner.close()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.2", port), timeout=10).close()
+
+
 def test_a_node_is_gone_once_silent_after_the_workers_started_unless_it_ended_well(monkeypatch):
     """The watch over the other nodes' liveness ports (127.0.0.2 to .4 as
     three more nodes): one silent before this node's workers started is not
@@ -767,7 +784,6 @@ def test_a_node_whose_run_failed_first_is_not_named_gone_nor_joined_unless_it_ha
             time.sleep(0.05)
         after_joining.close()
         before_joining.close()
-        own.unreachable(addresses, 0)  # a closed port's thread may still take one more ask
         assert own.unreachable(addresses, 0) == [3]
     finally:
         own.close()

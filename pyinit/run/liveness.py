@@ -220,7 +220,13 @@ class Liveness:
         return [rank for rank, line in answers.items() if line is None and rank not in ended]
 
     def close(self) -> None:
+        """Stops answering: a node that asks next finds the port refused."""
         self._stop.set()
+        # The thread blocked in accept() holds the socket past a close and would
+        # answer one more ask (a node gone, or done, taken for alive); a shutdown
+        # ends its accept() first.
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
 
 
