@@ -28,10 +28,14 @@ KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO or pipe"),
          (stat.S_ISSOCK, "a socket"))  # fmt: skip
 
 
+def kind_of(mode: int) -> str:
+    """What a file that is not a regular one is, as a message names it."""
+    return next((name for test, name in KINDS if test(mode)), "something else")
+
+
 def not_regular(mode: int) -> str:
     """The one line for an input whose mode is not a regular file's."""
-    kind = next((name for test, name in KINDS if test(mode)), "something else")
-    return f"{kind}, not a regular file: give the path of a file to read"
+    return f"{kind_of(mode)}, not a regular file: give the path of a file to read"
 
 
 def open_input(path: str | os.PathLike[str]) -> BinaryIO:

@@ -104,6 +104,8 @@ BAD_INPUT = [
     (["pyinit", "bench", "io", "--runtime", "-1", "{tmp}"], {}, 2, "--runtime: must be from"),
     (["pyinit", "bench", "io", "--no-fio", "--runtime", "0.1", "--rounds", "1", "{empty}"],
      {"empty": b""}, 2, "holds 0 bytes, less than one 1048576-byte block"),
+    (["pyinit", "bench", "io", "--no-fio", "--runtime", "0.1", "--rounds", "1", "{fifo}"],
+     {"fifo": FIFO}, 2, "{fifo}: a FIFO or pipe, not a file or block device to read"),
     (["pyinit", "bench", "data", "--shards", "0", "--dir", "{tmp}/out"], {}, 2, "--shards: must"),
     (["pyinit", "bench", "data", "--batch", "-1", "--dir", "{tmp}/out"], {}, 2, "--batch: must"),
     (["pyinit", "bench", "allreduce", "--iterations", "0", "--out", "{tmp}/out"], {}, 2,
