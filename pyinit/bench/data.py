@@ -254,10 +254,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    folder = Path(args.dir)
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"--dir {folder}: exists and is not a folder")
     require("torch", "pyinit bench data")
     note_missing("matplotlib", "the PNG", "pyinit bench data")
     note_missing("cython", "the comparison with uncompiled loops", "pyinit bench data")
-    folder = Path(args.dir)
     made = not folder.exists()
     fate = "kept: --keep" if args.keep else "removed at the end; --keep keeps them"
     print(f"pyinit bench data: {args.gib / (1 << 30):g} GiB of shards in {folder} ({fate})")

@@ -15,6 +15,7 @@ import errno
 import os
 import shlex
 import shutil
+import stat
 import sys
 import sysconfig
 from collections.abc import Mapping
@@ -24,6 +25,7 @@ from pathlib import Path
 from pyinit import _native, argtypes
 from pyinit.errors import InputError
 from pyinit.extras import require
+from pyinit.jsonfile import kind_of
 from pyinit.run import preload
 
 ENV_PREFIX = "PYINIT_"
@@ -249,8 +251,13 @@ def check_target(target: Target) -> None:
     """InputError when there is nothing to run by that name."""
     import importlib.machinery
 
-    if target.kind == "script" and not Path(target.name).is_file():
-        raise InputError(f"{target.name}: no such script")
+    if target.kind == "script":
+        try:
+            mode = os.stat(target.name).st_mode
+        except OSError:
+            raise InputError(f"{target.name}: no such script") from None
+        if not stat.S_ISREG(mode):  # each worker reads it: a pipe could be read once
+            raise InputError(f"{target.name}: {kind_of(mode)}, not a script file")
     if target.kind == "script" and not os.access(target.name, os.R_OK):
         # Each worker would print its own PermissionError traceback.
         raise InputError(f"{target.name}: a script this user cannot read (its mode or owner): "
