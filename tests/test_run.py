@@ -689,8 +689,35 @@ def test_a_killed_node_ends_ranks_that_never_hear_of_it(node_runs, three_namespa
         log = events(tmp_path / ns)
         lost = [e for e in log if e["event"] == "node lost"]
         assert [(e["rank"], e["address"]) for e in lost] == [(2, NODES[2])], log
-        assert lost[0]["silent_s"] >= LOST_AFTER_S
+        assert lost[0]["silent_s"] >= LOST_AFTER_S and not lost[0]["run_failed"]
         assert log[-1]["unreachable_nodes"] == [{"rank": 2, "name": NODES[2], "address": NODES[2]}]
+
+
+@pytest.mark.root
+def test_a_node_whose_run_failed_ends_the_others_and_is_not_named_gone(node_runs,
+                                                                       three_namespaces,
+                                                                       tmp_path):  # fmt: skip
+    """Node 2's rank exits 3 after joining while the others' ranks wait
+    alone: its run fails and says so before it goes quiet, so the others
+    end their workers once it is silent, saying it failed, and name it in
+    no `unreachable_nodes` (on the code before, it was named gone)."""
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("\n".join(NODES) + "\n")
+    script = tmp_path / "fails_on_node_2.py"
+    joined = 'print("joined", flush=True)\n'
+    script.write_text(WAITS_ALONE.replace(joined, joined + "if dist.get_rank() == 2:\n"
+                                          "    raise SystemExit(3)\n"))  # fmt: skip
+    procs = node_runs(three_namespaces, hostfile, tmp_path, [script])
+    outputs = ended(procs, 180)
+    assert procs[2].returncode == 3, outputs[2][1][-3000:]
+    for proc, (_, err), ns in zip(procs[:2], outputs, three_namespaces, strict=False):
+        assert proc.returncode == 1, err[-3000:]
+        assert f"pyinit run: node 2 ({NODES[2]}), whose run failed, has not answered for" in err
+        assert f"node 2 ({NODES[2]}) is gone" not in err, err[-3000:]
+        log = events(tmp_path / ns)
+        lost = [e for e in log if e["event"] == "node lost"]
+        assert [(e["rank"], e["run_failed"]) for e in lost] == [(2, True)], log
+        assert log[-1]["unreachable_nodes"] == [], log[-1]
 
 
 def test_a_closed_liveness_port_answers_no_more():

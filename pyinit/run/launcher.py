@@ -363,10 +363,12 @@ def launch(plan: Plan, out: IO[str]) -> Outcome:
                 # Its ranks are gone from every collective: this node's can only wait.
                 peer_lost = True
                 for rank, silent_s in lost:
+                    failed = liveness.said_failed(rank)
                     log.write("node lost", rank=rank, name=nodes.names[rank],
-                              address=nodes.addresses[rank],
-                              silent_s=round(silent_s, 1))  # fmt: skip
-                    say(f"pyinit run: node {rank} ({nodes.names[rank]}) has not answered "
+                              address=nodes.addresses[rank], silent_s=round(silent_s, 1),
+                              run_failed=failed)  # fmt: skip
+                    how = ", whose run failed," if failed else ""
+                    say(f"pyinit run: node {rank} ({nodes.names[rank]}){how} has not answered "
                         f"for {silent_s:.0f} s: ending this node's workers", out)  # fmt: skip
                 end_own_workers()
 

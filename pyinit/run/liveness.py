@@ -207,6 +207,10 @@ class Liveness:
         while self._ended_answers < peers and time.monotonic() < deadline:
             time.sleep(0.05)
 
+    def said_failed(self, rank: int) -> bool:
+        """Whether node `rank` was heard saying its run had failed."""
+        return rank in self._failed_peers
+
     def end_failed(self) -> None:
         """Answers ENDED_FAILED (or ENDED_FAILED_JOINED) from now on."""
         self._failed = True
