@@ -168,10 +168,12 @@ def test_os_errors_are_the_right_subclass(tmp_path):
     assert missing.value.filename == str(tmp_path / "nope")
     with pytest.raises(IsADirectoryError):
         DirectReader(tmp_path)
+    # Not a file one can read at offsets: bad input, named, never a wait for a writer.
     os.mkfifo(tmp_path / "fifo")
-    with pytest.raises(OSError) as fifo:
-        DirectReader(tmp_path / "fifo", queue_depth=1)
-    assert fifo.value.errno == errno.EINVAL  # not a file one can read at offsets
+    for path, kind in ((tmp_path / "fifo", "a FIFO or pipe"), ("/dev/null", "a character device")):
+        with pytest.raises(ValueError) as other:
+            DirectReader(path, queue_depth=1)
+        assert str(other.value) == f"{path}: {kind}, not a file or block device to read"
 
 
 def test_permission_denied_unprivileged(data_file, tmp_path):

@@ -39,20 +39,24 @@ int read_input_file(const std::string& path, std::string* out, size_t limit) {
   return result;
 }
 
+std::string other_kind(const std::string& path, bool block_devices) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0 || S_ISREG(info.st_mode)) return "";
+  if (S_ISBLK(info.st_mode)) return block_devices ? "" : "a block device";
+  if (S_ISDIR(info.st_mode)) return "a folder";
+  if (S_ISFIFO(info.st_mode)) return "a FIFO or pipe";
+  if (S_ISCHR(info.st_mode)) return "a character device";
+  if (S_ISSOCK(info.st_mode)) return "a socket";
+  return "something else";
+}
+
 namespace {
 
 // The one line for an input that is not a regular file: what it is.
 std::string not_regular(const std::string& path) {
-  struct stat info {};
-  const char* kind = "something else";
-  if (::stat(path.c_str(), &info) == 0) {
-    if (S_ISDIR(info.st_mode)) kind = "a folder";
-    if (S_ISFIFO(info.st_mode)) kind = "a FIFO or pipe";
-    if (S_ISCHR(info.st_mode)) kind = "a character device";
-    if (S_ISBLK(info.st_mode)) kind = "a block device";
-    if (S_ISSOCK(info.st_mode)) kind = "a socket";
-  }
-  return std::string(kind) + ", not a regular file: give the path of a file to read";
+  std::string kind = other_kind(path, false);
+  return (kind.empty() ? "something else" : kind) +
+         ", not a regular file: give the path of a file to read";
 }
 
 }  // namespace

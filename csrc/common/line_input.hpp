@@ -23,6 +23,11 @@ int read_input_file(const std::string& path, std::string* out, size_t limit = kM
 // device or a file too large; SysError (errno, "read", path) otherwise.
 std::string load_input_file(const std::string& path, size_t limit = kMaxInputFile);
 
+// What `path` is when it is not a regular file (nor, with `block_devices`, a
+// block device), as a message names it: "a FIFO or pipe", "a folder"; "" when
+// it is one, or cannot be looked at.
+std::string other_kind(const std::string& path, bool block_devices);
+
 struct LineError {
   int line = 0;  // 1-based; 0: not tied to a line
   std::string message;

@@ -12,6 +12,7 @@
 
 #include "common/clock.hpp"
 #include "common/error.hpp"
+#include "common/line_input.hpp"
 #include "io/detail/direct_file.hpp"
 #include "io/detail/io_backend.hpp"
 #include "io/detail/piece_queue.hpp"
@@ -61,6 +62,10 @@ DirectReader::DirectReader(std::vector<std::string> paths, int64_t queue_depth,
       check_path(path);
       DirectFile file;
       int rc = open_direct(path, &file);
+      if (rc == -EINVAL) {
+        std::string kind = other_kind(path, true);
+        if (!kind.empty()) throw InputError(path, 0, kind + ", not a file or block device to read");
+      }
       if (rc < 0) throw SysError(-rc, "open", path);
       files_.push_back(file);
       if (page_cache_) {
