@@ -98,6 +98,8 @@ BAD_INPUT = [
     (["pyinit", "monitor", "--once", "--thresholds", "{bin}"], BINARY, 2,
      "{bin}:1: malformed JSON"),
     (["pyinit", "monitor", "--once", "--webhook", "http://"], {}, 2, "expected an http(s) URL"),
+    (["pyinit", "shard", "/dev/zero", "--out", "{tmp}/out", "--shards", "1"], {}, 2,
+     "/dev/zero:1: longer than 256 MiB: not a line of text"),
     (["pyinit", "shard", "{deep}", "--out", "{tmp}/out", "--shards", "1"],
      {"deep": b"[" * 100_000 + b"\n"}, 2, "{deep}:1: malformed JSON: nested too deeply"),
     (["pyinit", "bench", "io", "--rounds", "0", "{tmp}"], {}, 2, "--rounds: must be from 1"),

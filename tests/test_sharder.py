@@ -203,6 +203,30 @@ def test_bad_line_names_file_and_line(tmp_path, pyinit_bin, line, message):
     assert f"{source}:4: " in skipped.stdout
 
 
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_a_line_past_the_limit_is_bad_input_not_a_memory_error(tmp_path, monkeypatch, gzipped):
+    """A line is one record: one longer than MAX_LINE_BYTES (a binary file,
+    /dev/zero) is refused naming its line, never read whole; skipped, its
+    rest is read past in parts and the next line is a record again."""
+    monkeypatch.setattr(sharder, "MAX_LINE_BYTES", 1 << 20)
+    monkeypatch.setattr(sharder, "CHUNK_BYTES", 100_000)
+    good = [json.dumps({"text": t}).encode() for t in TEXTS[:3]]
+    data = b"\n".join([*good, b"x" * (3 << 20), *good]) + b"\n"
+    source = tmp_path / ("in.jsonl.gz" if gzipped else "in.jsonl")
+    source.write_bytes(gzip.compress(data) if gzipped else data)
+    with pytest.raises(ValueError, match=re.escape(f"{source}:4: longer than 1 MiB")):
+        shard([str(source)], str(tmp_path / "out"), 2)
+    summary = shard([str(source)], str(tmp_path / "out"), 2, skip_invalid=True)
+    assert (summary.records, summary.skipped) == (6, 1)
+    assert summary.skipped_examples == [f"{source}:4: longer than 1 MiB: not a line of text "
+                                        "(one record a line)"]  # fmt: skip
+    assert sorted(
+        t[:-1].astype(np.uint8).tobytes().decode()
+        for docs in documents(tmp_path / "out").values()
+        for t in docs
+    ) == sorted(TEXTS[:3] * 2)
+
+
 def test_refusals_leave_the_output_alone(tmp_path, pyinit_bin):
     source = write_jsonl(tmp_path / "in.jsonl", TEXTS[:10])
     empty = tmp_path / "empty.jsonl"

@@ -35,6 +35,9 @@ FORMATS = ("jsonl", "text")
 CHUNK_RECORDS = 4096
 CHUNK_BYTES = 4 << 20
 PROGRESS_EVERY_S = 2.0
+# One record is one line: a longer one is no document (a binary file, /dev/zero),
+# and reading it whole would take the machine's memory first.
+MAX_LINE_BYTES = 256 << 20
 # End-of-text tokens that tokenizer.json files commonly define, most common first.
 EOT_NAMES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "[SEP]")
 
@@ -183,10 +186,24 @@ class _Input:
         )
         self._seen = 0
 
-    def consumed(self, line: bytes) -> int:
-        """Bytes of the file this line took (for .gz: how far the file was read)."""
+    def numbered(self) -> Iterator[tuple[int, bytes | None, int]]:
+        """(line number, the line, bytes of the file it took (for .gz: how
+        far the file was read)); the line is None where it was longer than
+        MAX_LINE_BYTES, whose rest is read past, without being kept, only
+        when the caller asks for the next line."""
+        number, carried = 0, 0
+        while raw := self.lines.readline(MAX_LINE_BYTES + 1):
+            number += 1
+            overlong = len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n")
+            yield number, None if overlong else raw, self._consumed(carried + len(raw))
+            carried = 0
+            while overlong and (part := self.lines.readline(CHUNK_BYTES)):
+                carried += len(part)
+                overlong = not part.endswith(b"\n")
+
+    def _consumed(self, length: int) -> int:
         if self.lines is self._file:
-            return len(line)
+            return length
         position = self._file.tell()
         step, self._seen = position - self._seen, position
         return step
@@ -230,11 +247,14 @@ def _records(
     source = _Input(path)
     try:
         try:
-            for number, raw in enumerate(source.lines, 1):
-                if not raw.strip():
-                    yield None, b"", source.consumed(raw)
+            for number, raw, consumed in source.numbered():
+                if raw is not None and not raw.strip():
+                    yield None, b"", consumed
                     continue
                 try:
+                    if raw is None:
+                        raise ValueError(f"longer than {MAX_LINE_BYTES >> 20} MiB: not a line of "
+                                         "text (one record a line)")  # fmt: skip
                     text = _record_text(raw, fmt, text_field)
                     blob = text.encode("utf-8")
                 except UnicodeEncodeError:
@@ -243,7 +263,7 @@ def _records(
                 except ValueError as e:
                     error = e
                 else:
-                    yield text, blob, source.consumed(raw)
+                    yield text, blob, consumed
                     continue
                 where = f"{path}:{number}: {error}"
                 if not skip_invalid:
@@ -251,7 +271,7 @@ def _records(
                 summary.skipped += 1
                 if len(summary.skipped_examples) < 5:
                     summary.skipped_examples.append(where)
-                yield None, b"", source.consumed(raw)
+                yield None, b"", consumed
         except (gzip.BadGzipFile, EOFError, zlib.error) as e:
             # zlib.error: a deflate stream with bytes zeroed or cut inside it.
             raise InputError(f"{path}: damaged gzip stream: {e}") from None
