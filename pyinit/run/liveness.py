@@ -49,9 +49,12 @@ ENDED_FAILED_JOINED = b"ended failed joined\n"
 class Liveness:
     """A TCP port on this node that answers while `pyinit run` lives, so the
     other nodes can tell which node went away when a run fails. It answers
-    `alive`, or `stall {json}` once this node's stall watch has found a stall
-    (its verdict: the causes and where they were), which the other nodes'
-    watchers read, so every node names the rank that stalled."""
+    `alive` (`alive joined` once this node's agent has reached the
+    rendezvous), or `stall {json}` once this node's stall watch has found a
+    stall (its verdict: the causes and where they were), which the other
+    nodes' watchers read, so every node names the rank that stalled; and at
+    the run's end, for the moment it stays reachable, `ended` or `ended
+    failed` (`ended failed joined`)."""
 
     def __init__(self, address: str, port: int):
         """Binds the port at `address` ("" for every address) now (so a taken
