@@ -38,15 +38,18 @@ def not_regular(mode: int) -> str:
     return f"{kind_of(mode)}, not a regular file: give the path of a file to read"
 
 
-def open_input(path: str | os.PathLike[str]) -> BinaryIO:
+def open_input(path: str | os.PathLike[str], block_devices: bool = False) -> BinaryIO:
     """A user's input file, open for reading: InputError naming it for a FIFO,
-    pipe or device (opened without blocking, so a FIFO without a writer is
-    refused, not waited on); OSError (with ``filename``) when it cannot be opened."""
+    pipe or device (a block device is taken with `block_devices`; opened
+    without blocking, so a FIFO without a writer is refused, not waited on);
+    OSError (with ``filename``) when it cannot be opened."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise InputError(not_regular(mode), file=os.fsdecode(path))
+        if not (stat.S_ISREG(mode) or (block_devices and stat.S_ISBLK(mode))):
+            message = (f"{kind_of(mode)}, not a file or block device to read" if block_devices
+                       else not_regular(mode))  # fmt: skip
+            raise InputError(message, file=os.fsdecode(path))
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:

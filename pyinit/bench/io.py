@@ -60,7 +60,7 @@ from pyinit.bench.targets import print_targets, ratio_target
 from pyinit.errors import InputError
 from pyinit.extras import note_missing
 from pyinit.io import DirectReader
-from pyinit.jsonfile import kind_of, write_json
+from pyinit.jsonfile import open_input, write_json
 from pyinit.plotting import human_bytes, pyplot, save_figure
 
 APIS = ("read", "batch", "async", "stream", "stream-batch")
@@ -191,17 +191,10 @@ def loop_device_over(image: Path) -> Iterator[str]:
 
 
 def target_size(target: str) -> int:
-    """Bytes in a file or block device: OSError naming it when it cannot be
-    opened, InputError for anything else (opened without blocking, so a FIFO
-    without a writer is refused, not waited on)."""
-    fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        mode = os.fstat(fd).st_mode
-        if not (stat.S_ISREG(mode) or stat.S_ISBLK(mode)):
-            raise InputError(f"{kind_of(mode)}, not a file or block device to read", file=target)
-        return os.lseek(fd, 0, os.SEEK_END)
-    finally:
-        os.close(fd)
+    """Bytes in a file or block device (``open_input``: InputError for
+    anything else, a FIFO refused rather than waited on)."""
+    with open_input(target, block_devices=True) as f:
+        return f.seek(0, os.SEEK_END)
 
 
 def offsets_for(pattern: Pattern, size: int, count: int, rng: np.random.Generator) -> np.ndarray:
