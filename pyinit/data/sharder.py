@@ -29,7 +29,7 @@ from pyinit.data import _kernels
 from pyinit.data.shard_format import MANIFEST, ShardWriter, dead_temporaries, token_bytes_for
 from pyinit.errors import InputError
 from pyinit.extras import require
-from pyinit.jsonfile import parse_json, sync_directory, write_json
+from pyinit.jsonfile import parse_json, read_input, sync_directory, write_json
 
 FORMATS = ("jsonl", "text")
 CHUNK_RECORDS = 4096
@@ -38,6 +38,9 @@ PROGRESS_EVERY_S = 2.0
 # One record is one line: a longer one is no document (a binary file, /dev/zero),
 # and reading it whole would take the machine's memory first.
 MAX_LINE_BYTES = 256 << 20
+# The largest tokenizer.json files published are tens of MiB (vocabularies of
+# 256 k tokens with their merges); a file past this is not one.
+TOKENIZER_LIMIT = 256 << 20
 # End-of-text tokens that tokenizer.json files commonly define, most common first.
 EOT_NAMES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "[SEP]")
 
@@ -75,19 +78,20 @@ class HuggingFaceTokenizer:
         require("tokenizers", f"pyinit shard --tokenizer {path}")
         from tokenizers import Tokenizer as HfTokenizer
 
-        if not os.path.isfile(path):
+        try:
+            data = read_input(path, limit=TOKENIZER_LIMIT)
+        except FileNotFoundError:
             raise FileNotFoundError(
                 errno.ENOENT, "no such tokenizer file (give 'byte' or a tokenizer.json)", path
-            )
-        try:
-            self._tokenizer = HfTokenizer.from_file(path)
-        except Exception as e:  # the package raises a bare Exception for bad files
-            raise InputError(
-                f"{path}: not a tokenizer.json the tokenizers package reads: {e}"
             ) from None
-        with open(path, "rb") as f:
-            digest = hashlib.sha256(f.read()).hexdigest()[:16]
-        self.name = f"{path} (sha256 {digest})"
+        try:
+            self._tokenizer = HfTokenizer.from_str(data.decode())
+        except Exception as e:  # the package raises a bare Exception for bad files
+            reason = "not UTF-8" if isinstance(e, UnicodeDecodeError) else e
+            raise InputError(
+                f"not a tokenizer.json the tokenizers package reads: {reason}", file=path
+            ) from None
+        self.name = f"{path} (sha256 {hashlib.sha256(data).hexdigest()[:16]})"
         self.vocab_size = self._tokenizer.get_vocab_size(with_added_tokens=True)
         found = (self._tokenizer.token_to_id(name) for name in EOT_NAMES)
         self.eot = next((token for token in found if token is not None), None)
