@@ -58,10 +58,12 @@ def checked_items(state_dict: Mapping[str, Any], path: str) -> list[tuple[str, t
         if value.dtype not in DTYPES:
             raise InputError(f"tensor {name!r}: dtype {value.dtype} has no safetensors name",
                              file=path)  # fmt: skip
-        if value.layout != torch.strided or value.is_meta:
-            what = "a meta tensor (no data)" if value.is_meta else f"layout {value.layout}"
-            raise InputError(f"tensor {name!r} is {what}: only dense tensors with data are "
-                             "saved (.to_dense() a sparse one)", file=path)  # fmt: skip
+        if value.is_meta:
+            raise InputError(f"tensor {name!r} is a meta tensor (no data): only tensors with "
+                             "data are saved (materialise it first)", file=path)  # fmt: skip
+        if value.layout != torch.strided:
+            raise InputError(f"tensor {name!r} is layout {value.layout}: only dense tensors "
+                             "are saved (.to_dense() it)", file=path)  # fmt: skip
         items.append((name, value))
     # Larger elements first, as safetensors orders them: every offset stays aligned.
     items.sort(key=lambda item: (-item[1].element_size(), item[0]))
