@@ -20,9 +20,13 @@ PYINIT = str(BIN_DIR / "pyinit")
 # of the first attempt is KILLed after its third step when asked, so torchrun
 # restarts the group.
 COMPILED = """
-import os, signal, sys
+import gc, os, signal, sys
 import torch, torch.distributed as dist
 dist.init_process_group("gloo")
+if "--freeze-counts" in sys.argv:  # what this worker was forked with, out of the collector's reach
+    name = f"{os.environ['TORCHELASTIC_RESTART_COUNT']}-{dist.get_rank()}"
+    with open(os.path.join(sys.argv[sys.argv.index("--freeze-counts") + 1], name), "w") as f:
+        f.write(str(gc.get_freeze_count()))
 torch.manual_seed(0)
 # --one-graph: no DDP optimizer, so AOTAutograd's cache answers for the graph.
 torch._dynamo.config.optimize_ddp = "--one-graph" not in sys.argv
@@ -50,7 +54,8 @@ def test_the_compile_is_phases_and_a_restart_finds_inductors_cache(tmp_path):
     run_dir = tmp_path / "run"
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
     result = subprocess.run([PYINIT, "run", "--nproc-per-node", "2", "--max-restarts", "1",
-                             "--run-dir", str(run_dir), "--", str(script), "--kill"], env=env,
+                             "--run-dir", str(run_dir), "--", str(script), "--kill",
+                             "--freeze-counts", str(tmp_path)], env=env,
                             capture_output=True, text=True, timeout=600)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     log = events(run_dir)
@@ -74,6 +79,11 @@ def test_the_compile_is_phases_and_a_restart_finds_inductors_cache(tmp_path):
               if e["event"] == "phase" and e["name"] == "worker start"}  # fmt: skip
     loaded = {key: start["compile_loaded"] for key, start in starts.items()}
     assert loaded == {(0, 0): False, (0, 1): False, (1, 0): True, (1, 1): True}
+    # ... and frozen out of the collector's reach, as the agent's own imports
+    # are: a restarted worker's collections pass over none of it.
+    frozen = {name: int((tmp_path / name).read_text()) for name in ("0-0", "0-1", "1-0", "1-1")}
+    for rank in (0, 1):
+        assert frozen[f"1-{rank}"] > frozen[f"0-{rank}"] + 100_000, frozen
     # The device each rank's first step compiled past AOTAutograd's cache on,
     # found by its restart through the agent's memory (for a GPU, the patterns'
     # thread starts from it).

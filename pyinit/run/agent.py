@@ -339,8 +339,11 @@ def preload_compile_for_restarts() -> None:
     importer: threading.Thread | None = None
 
     def import_quietly() -> None:
-        with contextlib.suppress(PreloadError):  # a worker that compiles imports it itself
-            import_compile_set()
+        # Frozen out of the collector's reach as the agent's own imports are:
+        # otherwise every collection in a restarted worker walks the compile
+        # set's objects (its inductor phase 1.15 s against 1.09 on the VM).
+        with contextlib.suppress(PreloadError), collector_paused():
+            import_compile_set()  # one that fails is imported by a worker that compiles
 
     monitor = LocalElasticAgent._monitor_workers
 
