@@ -81,6 +81,7 @@ def test_every_command_works_or_names_its_extra(bare_env, tmp_path):
     corpus.write_text('{"text": "hello world"}\n{"text": "another record"}\n')
     data = tmp_path / "data"
     data.write_bytes(os.urandom(1 << 20))
+    (tmp_path / "t.json").write_text("{}")
     hosts64 = tmp_path / "hosts64"
     hosts64.write_text("".join(f"10.1.0.{i + 1}\n" for i in range(64)))
     pyinit = str(bare_env / "bin/pyinit")
@@ -92,6 +93,9 @@ def test_every_command_works_or_names_its_extra(bare_env, tmp_path):
         ([pyinit, "shard", corpus, "--out", tmp_path / "shards", "--shards", "1"], 0, "records"),
         ([pyinit, "shard", corpus, "--out", tmp_path / "s2", "--shards", "1", "--tokenizer",
           tmp_path / "t.json"], 2, "pip install 'pod-init[tokenizers]'"),
+        # A mistyped tokenizer path is said before the missing package.
+        ([pyinit, "shard", corpus, "--out", tmp_path / "s2", "--shards", "1", "--tokenizer",
+          tmp_path / "nope.json"], 1, "nope.json: no such tokenizer file"),
         ([pyinit, "run", "--", corpus], 2, "pyinit run (torchrun) needs torch: pip install "
          "'pod-init[train]'"),
         ([pyinit, "monitor", "--once", "--json", "--interval", "0.1"], 0, '"block"'),

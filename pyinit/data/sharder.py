@@ -75,15 +75,16 @@ class HuggingFaceTokenizer:
     """A tokenizer.json through the tokenizers package (batch encoding in Rust)."""
 
     def __init__(self, path: str):
-        require("tokenizers", f"pyinit shard --tokenizer {path}")
-        from tokenizers import Tokenizer as HfTokenizer
-
+        # The path first: a mistyped one is said before the package is asked for.
         try:
             data = read_input(path, limit=TOKENIZER_LIMIT)
         except FileNotFoundError:
             raise FileNotFoundError(
                 errno.ENOENT, "no such tokenizer file (give 'byte' or a tokenizer.json)", path
             ) from None
+        require("tokenizers", f"pyinit shard --tokenizer {path}")
+        from tokenizers import Tokenizer as HfTokenizer
+
         try:
             self._tokenizer = HfTokenizer.from_str(data.decode())
         except Exception as e:  # the package raises a bare Exception for bad files
