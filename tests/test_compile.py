@@ -101,8 +101,10 @@ def test_the_compile_is_phases_and_a_restart_finds_inductors_cache(tmp_path):
         assert again["inductor_cache_misses"] == 0 and again["aot_cache_misses"] == 0
         assert again["inductor_cache_hits"] >= 1 or again["aot_cache_hits"] >= 1
         # torch's DDP optimizer splits the graph at the buckets, and AOTAutograd
-        # will not cache the pieces: the timeline names them.
+        # will not cache the pieces: the timeline names them, and what tracing
+        # them again took.
         assert again["aot_cache_bypasses"] >= 1
+        assert again["aot_trace_s"] > 0
         assert first["pattern_setups"] == again["pattern_setups"] == 1
     timeline = subprocess.run([PYINIT, "timeline", str(run_dir)], capture_output=True, text=True,
                               timeout=60)  # fmt: skip
@@ -110,6 +112,7 @@ def test_the_compile_is_phases_and_a_restart_finds_inductors_cache(tmp_path):
     assert "compile: inductor (compile or cache load)" in timeline.stdout
     assert "inductor cache lookups hit" in timeline.stdout
     assert "graphs past AOTAutograd's cache (traced at every start)" in timeline.stdout
+    assert "AOTAutograd tracing " in timeline.stdout
     restart = next(x for x in timeline.stdout.splitlines() if x.startswith("restart 1:"))
     assert "inductor" in restart and "dynamo" in restart
 
@@ -260,6 +263,35 @@ def test_a_node_joining_later_loads_the_compiled_graphs_instead_of_compiling(tmp
     assert summary["graphs"] >= 1  # dynamo still traces the frames
     assert summary["inductor_cache_misses"] == 0 and summary["aot_cache_misses"] == 0, summary
     assert summary["inductor_cache_hits"] + summary["aot_cache_hits"] >= 1, summary
+
+
+# A compiled module without DDP: AOTAutograd caches its graph.
+TRACED = """
+import torch
+from pyinit.run.compiles import CompileMarks
+net = torch.compile(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()))
+net(torch.randn(4, 8, requires_grad=True)).sum().backward()
+now = CompileMarks.snapshot()
+print(int(now["aot_cache_hits"]), int(now["aot_cache_misses"]), now["aot_trace_s"])
+"""
+
+
+@pytest.mark.slow
+def test_aot_tracing_seconds_are_what_its_cache_answers(tmp_path):
+    """The seconds counted as AOTAutograd's tracing are spent on a miss of its
+    cache and none of them on a hit: for a graph past the cache, they are
+    what every start pays again."""
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
+    found = []
+    for _ in range(2):
+        result = subprocess.run([sys.executable, "-c", TRACED], env=env, capture_output=True,
+                                text=True, timeout=600)  # fmt: skip
+        assert result.returncode == 0, result.stderr[-3000:]
+        hits, misses, traced = result.stdout.split()
+        found.append((int(hits), int(misses), float(traced)))
+    (first_hits, first_misses, first_traced), again = found
+    assert (first_hits, first_misses) == (0, 1) and first_traced > 0, found
+    assert again == (1, 0, 0.0), found
 
 
 def test_a_compile_cache_others_may_write_is_refused(tmp_path):

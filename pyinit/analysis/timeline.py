@@ -300,7 +300,7 @@ def span_seconds(spans: list[dict]) -> float:
 def compile_note(events: list[dict]) -> str:
     """What the first step compiled, from the ranks' compile summaries (the
     first attempt's): graphs, inductor's cache lookups, the graphs AOTAutograd
-    would not cache, autotuning."""
+    would not cache, AOTAutograd's tracing, autotuning."""
     found = [e for e in events if e.get("event") == "compile summary"
              and e.get("at") == "first step" and e.get("attempt", 0) == 0]  # fmt: skip
     if not found:
@@ -316,6 +316,9 @@ def compile_note(events: list[dict]) -> str:
     if most("aot_cache_bypasses"):
         note += (f"; {most('aot_cache_bypasses'):g} graphs past AOTAutograd's cache "
                  "(traced at every start)")  # fmt: skip
+    traced = most("aot_trace_s")
+    if traced:
+        note += f"; AOTAutograd tracing {traced:.2f} s"
     autotune = most("autotune_s")
     return note + (f"; autotuning {autotune:.2f} s" if autotune else "")
 
