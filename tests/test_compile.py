@@ -32,9 +32,7 @@ torch.manual_seed(0)
 torch._dynamo.config.optimize_ddp = "--one-graph" not in sys.argv
 net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16384),
                           torch.nn.GELU(), torch.nn.Linear(16384, 4))
-# --one-bucket: DDP's default buckets, so torch compiles one graph, not one per bucket.
-model = torch.nn.parallel.DistributedDataParallel(
-    torch.compile(net), bucket_cap_mb=25 if "--one-bucket" in sys.argv else 1)
+model = torch.nn.parallel.DistributedDataParallel(torch.compile(net), bucket_cap_mb=1)
 optimizer = torch.optim.AdamW(model.parameters())
 for step in range(1, 6):
     model(torch.randn(8, 16)).pow(2).mean().backward()
@@ -228,7 +226,7 @@ def two_nodes(tmp_path: Path, job: str, caches: list[Path], port: int) -> list[P
                        "--preflight", "off", "--sysfs-root", tmp_path / "sys", "--master-port",
                        str(port), "--monitor-interval", "0", "--compile-cache",
                        tmp_path / "shared", "--run-dir", folders[rank], "--", script,
-                       "--one-bucket"]  # fmt: skip
+                       "--one-graph"]  # fmt: skip
             procs.append(subprocess.Popen([str(c) for c in command], stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, text=True))  # fmt: skip
         outputs = [proc.communicate(timeout=600) for proc in procs]
@@ -262,36 +260,10 @@ def test_a_node_joining_later_loads_the_compiled_graphs_instead_of_compiling(tmp
     summary = first_step_summary(again[1])
     assert summary["graphs"] >= 1  # dynamo still traces the frames
     assert summary["inductor_cache_misses"] == 0 and summary["aot_cache_misses"] == 0, summary
-    assert summary["inductor_cache_hits"] + summary["aot_cache_hits"] >= 1, summary
-
-
-# A compiled module without DDP: AOTAutograd caches its graph.
-TRACED = """
-import torch
-from pyinit.run.compiles import CompileMarks
-net = torch.compile(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()))
-net(torch.randn(4, 8, requires_grad=True)).sum().backward()
-now = CompileMarks.snapshot()
-print(int(now["aot_cache_hits"]), int(now["aot_cache_misses"]), now["aot_trace_s"])
-"""
-
-
-@pytest.mark.slow
-def test_aot_tracing_seconds_are_what_its_cache_answers(tmp_path):
-    """The seconds counted as AOTAutograd's tracing are spent on a miss of its
-    cache and none of them on a hit: for a graph past the cache, they are
-    what every start pays again."""
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
-    found = []
-    for _ in range(2):
-        result = subprocess.run([sys.executable, "-c", TRACED], env=env, capture_output=True,
-                                text=True, timeout=600)  # fmt: skip
-        assert result.returncode == 0, result.stderr[-3000:]
-        hits, misses, traced = result.stdout.split()
-        found.append((int(hits), int(misses), float(traced)))
-    (first_hits, first_misses, first_traced), again = found
-    assert (first_hits, first_misses) == (0, 1) and first_traced > 0, found
-    assert again == (1, 0, 0.0), found
+    # One graph (no DDP optimizer): AOTAutograd's cache answers too, so the
+    # joining node traces nothing past dynamo.
+    assert summary["inductor_cache_hits"] >= 1 and summary["aot_cache_hits"] >= 1, summary
+    assert summary["aot_trace_s"] == 0, summary
 
 
 def test_a_compile_cache_others_may_write_is_refused(tmp_path):
