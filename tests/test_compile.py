@@ -158,15 +158,18 @@ def test_the_next_warm_launch_of_a_compiled_job_knows_where_it_compiled(tmp_path
 NOTES = """
 import os
 from pyinit.run import compile_notes as notes
-key = notes.command_key("script", "train.py", ["--lr", "1"])
-assert key == notes.command_key("script", "./train.py", ["--lr", "1"])
-assert key != notes.command_key("script", "train.py", ["--lr", "1"], {"CUDA_VISIBLE_DEVICES": "1"})
-# Two other commands: one noted in another slot than key's local rank 1, one in the same.
-others = (notes.command_key("script", "train.py", ["--lr", str(n)]) for n in range(2, 10000))
-slot = lambda k: notes._slot(k, 1)[0]
+lr1 = notes.command_key("script", "train.py", ["--lr", "1"])
+assert lr1 == notes.command_key("script", "./train.py", ["--lr", "1"])
+assert lr1 != notes.command_key("script", "train.py", ["--lr", "1"], {"CUDA_VISIBLE_DEVICES": "1"})
 notes.share()
-apart = next(k for k in others if slot(k) != slot(key))
-clash = next(k for k in others if slot(k) == slot(key))
+# The slots follow from the keys, which follow from this test's folder: chosen
+# here, not assumed. A command whose local ranks 0 and 1 have slots of their
+# own; another whose rank 1 meets neither, and one whose rank 1 meets its rank 1.
+keys = [notes.command_key("script", "train.py", ["--lr", str(n)]) for n in range(1, 10000)]
+slot = lambda k, local_rank=1: notes._slot(k, local_rank)[0]
+key = next(k for k in keys if slot(k, 0) != slot(k))
+apart = next(k for k in keys if slot(k) not in (slot(key, 0), slot(key)))
+clash = next(k for k in keys if k != key and slot(k) == slot(key))
 notes.remember_device(key, 0, "cuda:0")
 def child(*steps):
     pid = os.fork()
