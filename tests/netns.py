@@ -1,13 +1,21 @@
 """Nodes on one machine: network namespaces on a bridge, each with its own
 address on eth0 (the tests' three and eight nodes, and the SLURM cluster's).
-Root only."""
+Root only, but for ``free_port``."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
+import socket
 import subprocess
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that nothing listens on at `host` now ("" for every address)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
 
 def _ip(*args: str) -> None:

@@ -6,9 +6,10 @@ name), and munge for their credentials. Root only.
     python tests/slurm_cluster.py up 3 /tmp/slurm     # prints the SLURM_CONF to export
     python tests/slurm_cluster.py down /tmp/slurm
 
-The controller listens on the bridge (10.78.T.1); node i is `node{i}` at
-10.78.T.(i + 2), with a hosts file bind-mounted over /etc/hosts in its mount
-namespace, so job steps resolve the nodes' names as a real cluster's would.
+The controller listens on the bridge (10.78.T.1), on a free port of its own;
+node i is `node{i}` at 10.78.T.(i + 2), with a hosts file bind-mounted over
+/etc/hosts in its mount namespace, so job steps resolve the nodes' names as a
+real cluster's would.
 With `debian_hosts`, each node's file first maps the node's own name to
 127.0.1.1, the line Debian's installer writes for the host's name.
 Job steps run as root, tracked by process (proctrack/linuxproc), no cgroups.
@@ -30,6 +31,7 @@ import time
 from pathlib import Path
 
 import netns
+from netns import free_port
 
 SETS = itertools.count()
 
@@ -45,6 +47,9 @@ class SlurmCluster:
         self.subnet = subnet if subnet is not None else 78 + next(SETS) % 100
         self.debian_hosts = debian_hosts
         self.tag = f"sl{os.getpid() % 10000}x{self.subnet}"
+        # The controller's port, one of its own: a controller left by a run that
+        # was killed holds the default (6817) on every address.
+        self.port = free_port("")
         self.names = [f"node{i}" for i in range(count)]
         self.addresses = [f"10.{self.subnet}.0.{i + 2}" for i in range(count)]
         self.controller = f"10.{self.subnet}.0.1"
@@ -58,17 +63,21 @@ class SlurmCluster:
     # --- bring-up ---------------------------------------------------------------------
 
     def __enter__(self) -> SlurmCluster:
-        try:
-            self.up()
-        except BaseException:
-            self.down()
-            raise
+        self.up()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.down()
 
     def up(self) -> None:
+        """The cluster started, every node up; on failure, nothing of it left."""
+        try:
+            self._start()
+        except BaseException:
+            self.down()
+            raise
+
+    def _start(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         # slurmstepd makes its Unix sockets in the spool folder, and a path past
         # 108 bytes (a deep test folder) fails every job step: a short one of its own.
@@ -95,7 +104,7 @@ class SlurmCluster:
         d = self.folder
         lines = [
             "ClusterName=podinit",
-            f"SlurmctldHost=ctl({self.controller})",
+            f"SlurmctldHost=ctl({self.controller})", f"SlurmctldPort={self.port}",
             "AuthType=auth/munge", "CredType=cred/munge",
             "SlurmUser=root", "SlurmdUser=root",
             f"StateSaveLocation={d}/state", f"SlurmdSpoolDir={self.spool}/%n",

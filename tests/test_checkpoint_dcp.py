@@ -11,13 +11,13 @@ import pickle
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from netns import free_port
 
 torch = pytest.importorskip("torch", reason="torch is installed by the test command")
 dcp = pytest.importorskip("torch.distributed.checkpoint")
@@ -271,12 +271,6 @@ for step in range(1, 1000000):
     dcp.save(state, storage_writer=DirectStorageWriter(path))
     print(step, flush=True)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def ranks(script: str, world: int, *args: str) -> list[subprocess.Popen]:

@@ -18,6 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from netns import free_port
 from prometheus_client.parser import text_string_to_metric_families
 
 from pyinit import cli
@@ -117,12 +118,6 @@ def test_webhook_fires_once_and_resolves_without_leaking_the_token(tmp_path, mon
     assert redact_url("https://user:pw@h.example:8443/a?token=x&k=y") == (
         "https://h.example:8443/a?token=REDACTED&k=REDACTED"
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_prometheus_endpoint_and_textfile_parse(tmp_path):
