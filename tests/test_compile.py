@@ -163,11 +163,13 @@ assert lr1 == notes.command_key("script", "./train.py", ["--lr", "1"])
 assert lr1 != notes.command_key("script", "train.py", ["--lr", "1"], {"CUDA_VISIBLE_DEVICES": "1"})
 notes.share()
 # The slots follow from the keys, which follow from this test's folder: chosen
-# here, not assumed. A command whose local ranks 0 and 1 have slots of their
-# own; another whose rank 1 meets neither, and one whose rank 1 meets its rank 1.
+# here, not assumed. A command whose local ranks all have slots of their own;
+# another whose rank 1 meets neither of its first two, and one whose rank 1
+# meets its rank 1.
 keys = [notes.command_key("script", "train.py", ["--lr", str(n)]) for n in range(1, 10000)]
 slot = lambda k, local_rank=1: notes._slot(k, local_rank)[0]
-key = next(k for k in keys if slot(k, 0) != slot(k))
+key = keys[0]
+assert len({slot(key, rank) for rank in range(notes.SLOTS)}) == notes.SLOTS
 apart = next(k for k in keys if slot(k) not in (slot(key, 0), slot(key)))
 clash = next(k for k in keys if k != key and slot(k) == slot(key))
 notes.remember_device(key, 0, "cuda:0")

@@ -16,9 +16,10 @@ graphs went past AOTAutograd's cache at the first step.
   inductor's patterns up for it beside its own start-up
   (``pyinit.run.pattern_setup``). A command's next start that compiles no
   such graph clears it, so a stale note costs one start at most. The page
-  holds 84 notes (of 4 KiB), one slot per command and local rank chosen by a digest:
-  two that meet in a slot take it from each other, which costs a start its
-  head start, never its correctness.
+  holds 84 notes (of 4 KiB): a command's digest chooses the slot of its local
+  rank 0, and its other local ranks take the slots after it, so that the ranks
+  of one job never meet one another. Two commands that meet in a slot take it
+  from each other, which costs a start its head start, never its correctness.
 
 The page is a shared anonymous mapping, made before the first fork (by the
 warm interpreter, or by a cold agent for its workers), so every keeper,
@@ -82,14 +83,15 @@ def command_key(kind: str, name: str, args: Sequence[str],
 
 def _slot(key: bytes, local_rank: int) -> tuple[int, bytes] | None:
     """Where the note of the command `key`'s `local_rank` goes, and what
-    names it there: one slot per command and local rank, chosen by its
-    digest, so that jobs taking turns on a node keep their notes unless two
-    of them meet in one slot."""
+    names it there: the command's digest places its local rank 0 and the
+    others follow it, so jobs taking turns on a node keep their notes unless
+    two of them meet, and a job's own ranks (up to 84) never do."""
     if _shared is None or key == NO_KEY:
         return None
     name = hashlib.blake2b(key + local_rank.to_bytes(8, "little", signed=True),
                            digest_size=KEY_BYTES).digest()  # fmt: skip
-    return SLOTS_AT + int.from_bytes(name[:4], "little") % SLOTS * SLOT, name
+    first = int.from_bytes(key[:4], "little")
+    return SLOTS_AT + (first + local_rank) % SLOTS * SLOT, name
 
 
 def remember_device(key: bytes, local_rank: int, device: str | None) -> None:
