@@ -299,8 +299,8 @@ def span_seconds(spans: list[dict]) -> float:
 
 def compile_note(events: list[dict]) -> str:
     """What the first step compiled, from the ranks' compile summaries (the
-    first attempt's): graphs, inductor's cache lookups, the graphs AOTAutograd
-    would not cache, AOTAutograd's tracing, autotuning."""
+    first attempt's): graphs, inductor's and AOTAutograd's cache lookups, the
+    graphs AOTAutograd would not cache, its tracing, autotuning."""
     found = [e for e in events if e.get("event") == "compile summary"
              and e.get("at") == "first step" and e.get("attempt", 0) == 0]  # fmt: skip
     if not found:
@@ -310,9 +310,21 @@ def compile_note(events: list[dict]) -> str:
         values = [e[key] for e in found if finite(e.get(key))]
         return max(values) if values else 0
 
-    lookups = most("inductor_cache_hits") + most("inductor_cache_misses")
-    note = (f"{most('graphs'):g} graphs; {most('inductor_cache_hits'):g} of {lookups:g} "
-            f"inductor cache lookups hit")  # fmt: skip
+    def lookups(cache: str) -> tuple[float, float]:
+        """Hits and lookups in `cache` of the rank that hit least."""
+
+        def count(e: dict, key: str) -> float:
+            return e[key] if finite(e.get(key)) else 0
+
+        counts = [(count(e, f"{cache}_hits"), count(e, f"{cache}_hits")
+                   + count(e, f"{cache}_misses")) for e in found]  # fmt: skip
+        return min(counts, key=lambda count: (count[0] - count[1], count[0]))
+
+    hits, looked = lookups("inductor_cache")
+    note = f"{most('graphs'):g} graphs; {hits:g} of {looked:g} inductor cache lookups hit"
+    hits, looked = lookups("aot_cache")
+    if looked:
+        note += f"; {hits:g} of {looked:g} AOTAutograd cache lookups hit"
     if most("aot_cache_bypasses"):
         note += (f"; {most('aot_cache_bypasses'):g} graphs past AOTAutograd's cache "
                  "(traced at every start)")  # fmt: skip
