@@ -34,23 +34,31 @@ net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Lin
                           torch.nn.GELU(), torch.nn.Linear(16384, 4))
 model = torch.nn.parallel.DistributedDataParallel(torch.compile(net), bucket_cap_mb=1)
 optimizer = torch.optim.AdamW(model.parameters())
+losses = []
 for step in range(1, 6):
-    model(torch.randn(8, 16)).pow(2).mean().backward()
+    loss = model(torch.randn(8, 16)).pow(2).mean()
+    loss.backward()
+    losses.append(loss.item())
     optimizer.step()
     optimizer.zero_grad()
     if (step == 3 and "--kill" in sys.argv and dist.get_rank() == 1
             and os.environ["TORCHELASTIC_RESTART_COUNT"] == "0"):
         os.kill(os.getpid(), signal.SIGKILL)
+print(f"rank {dist.get_rank()} losses {losses}")
 dist.destroy_process_group()
 """
+# torch's own rule for DDP's pieces: AOTAutograd's cache passes them over.
+TORCHS_AOT_CACHE = {"PYINIT_DDP_AOT_CACHE": "off"}
 
 
 @pytest.mark.slow
 def test_the_compile_is_phases_and_a_restart_finds_inductors_cache(tmp_path):
+    """With torch's own rule for DDP's pieces (past AOTAutograd's cache), so
+    that the restart traces them again and finds where its rank did."""
     script = tmp_path / "compiled.py"
     script.write_text(COMPILED)
     run_dir = tmp_path / "run"
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), **TORCHS_AOT_CACHE)
     result = subprocess.run([PYINIT, "run", "--nproc-per-node", "2", "--max-restarts", "1",
                              "--run-dir", str(run_dir), "--", str(script), "--kill",
                              "--freeze-counts", str(tmp_path)], env=env,
@@ -115,6 +123,51 @@ def test_the_compile_is_phases_and_a_restart_finds_inductors_cache(tmp_path):
     assert "inductor" in restart and "dynamo" in restart
 
 
+def losses(output: str) -> dict[int, str]:
+    """Each rank's losses, as the script printed them (its last attempt's)."""
+    return {int(line.split()[1]): line.split(" losses ")[1] for line in output.splitlines()
+            if line.startswith("rank ")}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_ddps_pieces_found_in_aotautograds_cache_compute_what_traced_ones_do(tmp_path):
+    """pyinit.run.ddp_pieces: DDP's pieces are saved in AOTAutograd's cache
+    at the first start, and a later start, and a restart, find every piece
+    there, trace none, and train to the same losses, bit for bit, as
+    torch's own rule (every piece traced) does."""
+    script = tmp_path / "compiled.py"
+    script.write_text(COMPILED)
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
+
+    def run(name: str, env: dict, *args: str) -> tuple[dict, dict]:
+        result = subprocess.run([PYINIT, "run", "--cold", "--nproc-per-node", "2",
+                                 "--max-restarts", "1", "--run-dir", str(tmp_path / name), "--",
+                                 str(script), *args], env=env, capture_output=True, text=True,
+                                timeout=600)  # fmt: skip
+        assert result.returncode == 0, result.stderr[-3000:]
+        summaries = {(e["attempt"], e["rank"]): e for e in events(tmp_path / name)
+                     if e["event"] == "compile summary" and e["at"] == "first step"}  # fmt: skip
+        return losses(result.stdout), summaries
+
+    traced, torchs = run("torch", dict(env, **TORCHS_AOT_CACHE))
+    assert all(s["aot_cache_bypasses"] == 2 for s in torchs.values()), torchs
+    first, saved = run("first", env)
+    # Compiled and saved (a rank may find a piece the other has saved meanwhile).
+    assert all(s["aot_cache_misses"] + s["aot_cache_hits"] == 2 and s["aot_cache_bypasses"] == 0
+               for s in saved.values()), saved  # fmt: skip
+    assert saved[0, 0]["aot_cache_misses"] + saved[0, 1]["aot_cache_misses"] >= 2, saved
+    again, found = run("again", env, "--kill")
+    assert set(found) == {(0, 0), (0, 1), (1, 0), (1, 1)}
+    for summary in found.values():
+        assert summary["aot_cache_hits"] == 2 and summary["aot_cache_misses"] == 0, summary
+        assert summary["aot_cache_bypasses"] == 0 and summary["aot_trace_s"] == 0, summary
+    assert len(traced) == 2 and traced == first == again
+    timeline = subprocess.run([PYINIT, "timeline", str(tmp_path / "again")], capture_output=True,
+                              text=True, timeout=60)  # fmt: skip
+    assert "2 of 2 AOTAutograd cache lookups hit" in timeline.stdout, timeline.stdout
+    assert "AOTAutograd tracing" not in timeline.stdout
+
+
 def last_compiled_on(run_dir: Path) -> dict[int, str | None]:
     """Per rank, the device its start found noted for its command."""
     return {e["rank"]: e["last_compiled_on"] for e in events(run_dir)
@@ -133,7 +186,7 @@ def test_the_next_warm_launch_of_a_compiled_job_knows_where_it_compiled(tmp_path
     folder = tmp_path / "warm"
     folder.mkdir(mode=0o700)
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
-               PYINIT_WARM_DIR=str(folder), PYINIT_WARM="auto")  # fmt: skip
+               PYINIT_WARM_DIR=str(folder), PYINIT_WARM="auto", **TORCHS_AOT_CACHE)  # fmt: skip
     started = subprocess.run([PYINIT, "warm", "start"], env=env, capture_output=True, text=True,
                              timeout=120)  # fmt: skip
     assert started.returncode == 0, started.stderr

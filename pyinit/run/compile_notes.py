@@ -9,8 +9,9 @@ graphs went past AOTAutograd's cache at the first step.
   scripts alone those imports would only take the CPU from the launches that
   come meanwhile (on a 2-core VM the second launch of the day 0.37 s against
   0.30 s).
-- A worker whose first step went past AOTAutograd's cache (DDP around a
-  compiled model: torch traces those graphs at every start) writes down its
+- A worker whose first step went past AOTAutograd's cache (a graph torch
+  will not cache, traced at every start: with ``PYINIT_DDP_AOT_CACHE=off``,
+  DDP's pieces of a compiled model, ``pyinit.run.ddp_pieces``) writes down its
   GPU, and the next start of the same command on this node, a restart from
   the same agent or the next launch from the same warm interpreter, sets
   inductor's patterns up for it beside its own start-up

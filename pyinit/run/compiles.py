@@ -75,8 +75,8 @@ COUNTERS = {
     "inductor_cache_misses": ("inductor", "fxgraph_cache_miss"),
     "aot_cache_hits": ("aot_autograd", "autograd_cache_hit"),
     "aot_cache_misses": ("aot_autograd", "autograd_cache_miss"),
-    # Graphs AOTAutograd would not cache: DDP around a compiled module splits
-    # the graph at its buckets, and torch traces each piece again every start.
+    # Graphs AOTAutograd would not cache, traced again at every start (DDP's
+    # pieces of a compiled module where pyinit.run.ddp_pieces is off).
     "aot_cache_bypasses": ("aot_autograd", "autograd_cache_bypass"),
 }
 

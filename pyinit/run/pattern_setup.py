@@ -2,8 +2,9 @@
 inside its first compile, where the same command on this node compiled for
 that GPU before.
 
-A compile that AOTAutograd's cache passes over (DDP around a compiled model
-of more than one bucket: torch traces those graphs at every start) traces
+A compile that AOTAutograd's cache passes over (a graph torch will not
+cache, traced at every start: with ``PYINIT_DDP_AOT_CACHE=off``, DDP's pieces
+of a compiled model, ``pyinit.run.ddp_pieces``) traces
 inductor's replacement patterns first, once per process (``lazy_init`` of
 ``joint_graph`` and ``post_grad``: padded matmuls, attention, index
 patterns), with fake tensors on the graph's device: 0.3-0.4 s of a compiled

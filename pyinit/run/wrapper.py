@@ -44,7 +44,7 @@ from pyinit.jsonfile import write_json
 from pyinit.phases import install as install_phases
 from pyinit.phases import phase
 from pyinit.process_end import flush_stdio
-from pyinit.run import compile_notes, fresh_interpreter, group
+from pyinit.run import compile_notes, ddp_pieces, fresh_interpreter, group
 from pyinit.run.agent import TERMINAL_FD_ENV, log_handlers_to
 from pyinit.run.compiles import (
     COMPILE_CACHE_ENV,
@@ -159,6 +159,9 @@ class Marks:
             # The sign for the agent or warm interpreter this was forked from to
             # import the compile set (pyinit.run.agent.preload_compile_for_restarts).
             compile_notes.note()
+            # Here, not when dynamo is imported: what it imports, a compile imports
+            # anyway, and a worker that never compiles must not.
+            ddp_pieces.install()
 
         self.compiles = CompileMarks(self.log_phase, self.log_event,
                                      on_first_compile=first_compile,
