@@ -429,3 +429,31 @@ def test_the_patterns_set_up_beside_are_the_ones_the_compile_uses(tmp_path):
     assert absent[0] == done[0] == "compile: pattern set-up" and absent[1] and done[1]
     assert absent[2]["device"] == "cuda:99" and "no device cuda:99 here" in absent[2]["error"]
     assert done[2] == {"device": "cpu", "beside": True}
+
+
+def test_a_ddp_pieces_first_call_is_made_again_from_its_record():
+    """pyinit.run.ddp_pieces: the fake outputs a record describes are made
+    again exactly (a view's offset, a channels-last stride, an empty and a
+    0-d tensor); what a record cannot hold is refused."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from pyinit.run.ddp_pieces import UNRECORDABLE, made_again, record_of
+
+    mode = FakeTensorMode()
+    with mode:
+        outputs = [torch.empty(4, 6)[1:, 2:],
+                   torch.empty(2, 3, 4, 5).to(memory_format=torch.channels_last),
+                   torch.empty(0, 5, dtype=torch.bfloat16), torch.tensor(3),
+                   torch.empty(3, requires_grad=True)]  # fmt: skip
+    record = record_of(outputs)
+    assert record[0] == ((3, 4), (6, 1), 8, "float32", "cpu", False)
+    assert record[1][1] == (60, 1, 15, 3) and record[4][5] is True
+    again = made_again(record, FakeTensorMode())
+    assert record_of(again) == record
+    assert [o.dtype for o in again] == [o.dtype for o in outputs]
+    assert record_of([torch.empty(2)]) == UNRECORDABLE  # a real tensor: not a first call's output
+    dynamic = FakeTensorMode(shape_env=ShapeEnv())
+    symbolic = dynamic.from_tensor(torch.empty(4, 2), static_shapes=False)
+    assert record_of([symbolic]) == UNRECORDABLE
