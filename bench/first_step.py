@@ -6,7 +6,8 @@ with torch and the preloads loaded), `pyinit run` handed to a warm interpreter
 starts one for itself and leaves it) and the second right after it,
 `pyinit run --worker-start spawn` (eager only) and plain `torchrun
 --standalone`, each running examples/train_tiny.py on every GPU (two gloo
-workers without GPUs), interleaved round by round.
+workers without GPUs, the same model at a shorter sequence), interleaved
+round by round.
 
     python bench/first_step.py --data SHARDS [--rounds 3] [--steps 20] [--kill-at 20] [--out DIR]
 
@@ -24,7 +25,9 @@ as for a launch with no warm interpreter), `pyinit run` handed to the warm
 interpreter (the restart most launches get) and plain torchrun (fresh
 interpreters), each printed with its phases as
 `pyinit timeline` names them (plain torchrun's agent marks none of its
-own). Compiled runs share inductor's default cache folder, as a user's runs
+own; its workers run the wrapper that writes the marks with
+PYINIT_DDP_AOT_CACHE=off, so that they compile as under torchrun alone).
+Compiled runs share inductor's default cache folder, as a user's runs
 on one node do; one compiled run before the rounds, not counted, fills it,
 so that every counted launch finds its graphs there (otherwise the first
 compiled launch of round 0, whichever launcher it is, pays the whole
@@ -92,7 +95,10 @@ def variants(nproc: int, script_args: list[str]) -> dict[str, Callable[[Path, in
     def plain(folder: Path, restarts: int) -> list[str]:
         (folder / "status").mkdir(parents=True, exist_ok=True)
         # --log-dir as pyinit run passes it: torchrun's default is a new /tmp folder each time
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+        # torch's own rule for a compiled job's DDP pieces, as under torchrun
+        # alone: the wrapper writing its marks would cache them (pyinit.run.ddp_pieces).
+        return ["env", "PYINIT_DDP_AOT_CACHE=off", sys.executable, "-m", "torch.distributed.run",
+                "--standalone", "--nproc-per-node",
                 str(nproc), "--max-restarts", str(restarts), "--log-dir", str(folder / "torchrun"),
                 "-m", "pyinit.run.wrapper",
                 str(folder / "status"), "script", str(EXAMPLE), *script_args]  # fmt: skip
@@ -151,7 +157,7 @@ def warm_handoff(command: list[str], events: list[dict]) -> float | None:
     warm = [e for e in events if e["event"] == "warm"]
     if warm and warm[0].get("used"):
         return warm[0]["handoff_s"]
-    if "--cold" not in command and command[0] != sys.executable:
+    if "--cold" not in command and "torch.distributed.run" not in command:
         raise RuntimeError(f"the warm run started cold: {warm[0].get('reason') if warm else ''}")
     return None
 
@@ -257,7 +263,9 @@ def main() -> int:
     def script_args(steps: int) -> list[str]:
         words = ["--data", str(Path(args.data).resolve()), "--steps", str(steps),
                  "--log-every", "10"]  # fmt: skip
-        return words + ([] if gpus else ["--width", "32", "--layers", "1", "--seq-len", "32"])
+        # Without GPUs, the same model at a shorter sequence: still past one of
+        # DDP's buckets, so the compiled job is split in pieces as on a GPU.
+        return words + ([] if gpus else ["--seq-len", "32"])
 
     runs: dict[str, list[dict[str, float]]] = {}
     restarts: dict[str, list[float]] = {}
