@@ -111,6 +111,9 @@ def test_every_command_works_or_names_its_extra(bare_env, tmp_path):
          "first step done on every rank"),
         ([pyinit, "timeline", REPO / "tests/data/qemu-training-events.jsonl", "--png",
           tmp_path / "t.png"], 2, "pip install 'pod-init[plots]'"),
+        # A folder that is not a run's is named before the missing package.
+        ([pyinit, "timeline", sysfs, "--png", tmp_path / "t.png"], 2,
+         "not a pyinit run folder"),
         ([bare_env / "bin/python", "-c", "from pyinit.data import TokenShardDataset"], 1,
          "pip install 'pod-init[train]'"),
         ([bare_env / "bin/python", "-c", "from pyinit import checkpoint"], 1,

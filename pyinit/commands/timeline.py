@@ -27,11 +27,12 @@ def main(args: argparse.Namespace) -> int:
         raise InputError(f"holds {len(folders)} nodes' run folders ({names}{more}): give one",
                          file=args.run_dir)  # fmt: skip
 
+    events = read_events(folders[0])  # a folder that is not a run's is named first
     if args.png:
         from pyinit.extras import require
 
         require("matplotlib", "pyinit timeline --png")
-    timeline = build(read_events(folders[0]))
+    timeline = build(events)
     sys.stdout.write(table(timeline))
     if args.json:
         write_json(args.json, timeline.to_dict())
