@@ -142,26 +142,27 @@ def install() -> None:
         context = TracingContext.try_get()
         return context if context is not None and context.fakify_first_call else None
 
+    # Each hook passes on whatever torch passes it, so that a parameter a
+    # later torch adds reaches torch's own function.
     @functools.wraps(check)
-    def check_cacheable(gm: Any) -> None:
+    def check_cacheable(*args: Any, **kwargs: Any) -> None:
         context = fakified()
         if context is None:
-            return check(gm)
+            return check(*args, **kwargs)
         # Every other reason to refuse the graph still holds.
         context.fakify_first_call = False
         try:
-            return check(gm)
+            return check(*args, **kwargs)
         finally:
             context.fakify_first_call = True
 
     @functools.wraps(post_compile)
-    def recording_post_compile(self: Any, compiled_fn: Any, aot_config: Any, *,
-                               runtime_metadata: Any) -> Any:  # fmt: skip
+    def recording_post_compile(self: Any, compiled_fn: Any, *args: Any, **kwargs: Any) -> Any:
         record = None
         if self.needs_post_compile:
             record = record_of(self._compute_output_meta_with_inductor_strides())
             mark(compiled_fn, record)
-        wrapped = post_compile(self, compiled_fn, aot_config, runtime_metadata=runtime_metadata)
+        wrapped = post_compile(self, compiled_fn, *args, **kwargs)
         if record is not None:
             mark(wrapped, record)
         return wrapped
@@ -169,36 +170,37 @@ def install() -> None:
     @functools.wraps(make_entry)
     def recording_make_entry(*args: Any, **kwargs: Any) -> Any:
         entry = make_entry(*args, **kwargs)
-        compiled_fw = kwargs["compiled_fw_func"] if "compiled_fw_func" in kwargs else args[0]
+        compiled_fw = args[0] if args else kwargs.get("compiled_fw_func")
         record = getattr(compiled_fw, RECORD, None)
         if record is not None:
             setattr(entry, RECORD, record)
         return entry
 
     @functools.wraps(save)
-    def recorded_save(key: str, entry: Any, remote: bool) -> None:
+    def recorded_save(*args: Any, **kwargs: Any) -> None:
+        entry = args[1] if len(args) > 1 else kwargs.get("entry")
         # A piece whose first call cannot be made again: passed over at the next start.
         if getattr(entry, RECORD, None) != UNRECORDABLE:
-            save(key, entry, remote)
+            save(*args, **kwargs)
 
     @functools.wraps(wrap_post_compile)
-    def replaying_wrap_post_compile(self: Any, args: Any, aot_config: Any, fx_config: Any) -> Any:
+    def replaying_wrap_post_compile(self: Any, *args: Any, **kwargs: Any) -> Any:
         context = fakified()
         if context is None:
-            return wrap_post_compile(self, args, aot_config, fx_config)
+            return wrap_post_compile(self, *args, **kwargs)
         record = getattr(self, RECORD, None)
         if not isinstance(record, tuple) or not replayable(self):
             raise bypass("pod-init: no record of this DDP piece's first call to make again")
         forward = self.compiled_fw
         forward_post_compile = forward.post_compile
 
-        def replaying_post_compile(compiled: Any, config: Any) -> Any:
-            return first_call_fake(forward_post_compile(compiled, config), record,
+        def replaying_post_compile(compiled: Any, *rest: Any, **named: Any) -> Any:
+            return first_call_fake(forward_post_compile(compiled, *rest, **named), record,
                                    context.fake_mode)  # fmt: skip
 
         forward.post_compile = replaying_post_compile
         try:
-            compiled = wrap_post_compile(self, args, aot_config, fx_config)
+            compiled = wrap_post_compile(self, *args, **kwargs)
         finally:
             del forward.post_compile
         # What a compile leaves for DDP's optimizer, which keeps one per piece.
