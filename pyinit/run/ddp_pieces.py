@@ -22,8 +22,10 @@ compile would have.
 Only a piece whose first call can be made again from that record is cached:
 outputs of static shape, plain tensors, no tensor subclasses, RNG states or
 effect tokens (their wrappers would sit between the record and the compiled
-code). Any other piece, and an entry without a record, is passed over as
-torch passes it over. ``PYINIT_DDP_AOT_CACHE=off`` leaves torch as it is.
+code). A piece with such wrappers, and an entry without a record, is passed
+over as torch passes it over; one whose outputs cannot be recorded (a
+symbolic shape) is not saved, so each start compiles it again, counted as a
+miss. ``PYINIT_DDP_AOT_CACHE=off`` leaves torch as it is.
 The hooks go in at the script's first compile, where torch has these parts;
 another torch is left alone.
 """
