@@ -1020,6 +1020,9 @@ def test_keep_warm_says_so_every_time_and_pyinit_warm_is_checked(tmp_path):
     wrong = run(folder_env(folder, PYINIT_WARM="sometimes"), tmp_path / "bad")
     assert (wrong.returncode, wrong.stderr) == (
         2, "pyinit: PYINIT_WARM='sometimes': expected auto or off\n")  # fmt: skip
+    wrong = run(folder_env(folder, PYINIT_DDP_AOT_CACHE="no"), tmp_path / "bad")
+    assert (wrong.returncode, wrong.stderr) == (
+        2, "pyinit: PYINIT_DDP_AOT_CACHE='no': expected on or off\n")  # fmt: skip
     both = run(folder_env(folder, PYINIT_WARM="off"), tmp_path / "both", "--keep-warm")
     assert (both.returncode, both.stderr) == (
         2, "pyinit: --keep-warm and PYINIT_WARM=off: give one\n")  # fmt: skip

@@ -26,7 +26,7 @@ from pyinit import _native, argtypes
 from pyinit.errors import InputError
 from pyinit.extras import require
 from pyinit.jsonfile import kind_of
-from pyinit.run import preload
+from pyinit.run import ddp_pieces, preload
 
 ENV_PREFIX = "PYINIT_"
 PREFLIGHT_MODES = ("warn", "strict", "off")
@@ -175,6 +175,9 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     warm_mode = (os.environ.get(WARM_ENV) or "auto").strip().lower()
     if warm_mode not in WARM_MODES:
         raise InputError(f"{WARM_ENV}={os.environ[WARM_ENV]!r}: expected auto or off")
+    if ddp_pieces.switch(os.environ) not in ("on", "off"):
+        raise InputError(f"{ddp_pieces.SWITCH}={os.environ[ddp_pieces.SWITCH]!r}: "
+                         "expected on or off")  # fmt: skip
     cold = _flag(args.cold, "--cold")
     keep_warm = _flag(args.keep_warm, "--keep-warm")
     if cold and keep_warm:

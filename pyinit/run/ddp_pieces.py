@@ -35,15 +35,20 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-SWITCH = "PYINIT_DDP_AOT_CACHE"
+SWITCH = "PYINIT_DDP_AOT_CACHE"  # on (the default) or off; pyinit run refuses anything else
 # On a compiled forward, then on its cache entry: the first call's outputs, or UNRECORDABLE.
 RECORD = "_pyinit_first_call_outputs"
 UNRECORDABLE = "unrecordable"
 
 Output = tuple[tuple[int, ...], tuple[int, ...], int, str, str, bool]
+
+
+def switch(environ: Mapping[str, str]) -> str:
+    """The switch as `environ` sets it: "on", "off", or what else it says."""
+    return (environ.get(SWITCH) or "on").strip().lower()
 
 
 def record_of(outputs: Sequence[Any]) -> tuple[Output, ...] | str:
@@ -121,7 +126,7 @@ _installed = False
 def install() -> None:
     """The hooks, once, unless switched off or torch lacks the parts."""
     global _installed
-    if _installed or os.environ.get(SWITCH, "on") == "off":
+    if _installed or switch(os.environ) == "off":
         return
     try:
         from torch._functorch._aot_autograd import aot_autograd_result, autograd_cache
