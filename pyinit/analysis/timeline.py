@@ -310,15 +310,14 @@ def compile_note(events: list[dict]) -> str:
         values = [e[key] for e in found if finite(e.get(key))]
         return max(values) if values else 0
 
+    def count(e: dict, key: str) -> float:
+        return e[key] if finite(e.get(key)) else 0
+
     def lookups(cache: str) -> tuple[float, float]:
         """Hits and lookups in `cache` of the rank that hit least."""
-
-        def count(e: dict, key: str) -> float:
-            return e[key] if finite(e.get(key)) else 0
-
-        counts = [(count(e, f"{cache}_hits"), count(e, f"{cache}_hits")
-                   + count(e, f"{cache}_misses")) for e in found]  # fmt: skip
-        return min(counts, key=lambda count: (count[0] - count[1], count[0]))
+        counts = [(hits := count(e, f"{cache}_hits"), hits + count(e, f"{cache}_misses"))
+                  for e in found]  # fmt: skip
+        return min(counts, key=lambda pair: (pair[0] - pair[1], pair[0]))
 
     hits, looked = lookups("inductor_cache")
     note = f"{most('graphs'):g} graphs; {hits:g} of {looked:g} inductor cache lookups hit"
