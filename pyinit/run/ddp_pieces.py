@@ -112,8 +112,7 @@ def replayable(entry: Any) -> bool:
 
 
 def mark(compiled: Any, record: tuple[Output, ...] | str) -> None:
-    """`record` on a compiled forward, for its cache entry to take (torch
-    copies a forward's attributes onto each wrapper it puts around it)."""
+    """`record` on a compiled forward, for its cache entry to take."""
     # A callable without attributes: its entry has no record, and a fakified
     # start passes it over.
     with contextlib.suppress(AttributeError):
@@ -164,14 +163,10 @@ def install() -> None:
             context.fakify_first_call = True
 
     @functools.wraps(post_compile)
-    def recording_post_compile(self: Any, compiled_fn: Any, *args: Any, **kwargs: Any) -> Any:
-        record = None
-        if self.needs_post_compile:
-            record = record_of(self._compute_output_meta_with_inductor_strides())
-            mark(compiled_fn, record)
-        wrapped = post_compile(self, compiled_fn, *args, **kwargs)
-        if record is not None:
-            mark(wrapped, record)
+    def recording_post_compile(self: Any, *args: Any, **kwargs: Any) -> Any:
+        wrapped = post_compile(self, *args, **kwargs)
+        if self.needs_post_compile:  # the fakifying wrapper: the forward its entry is made of
+            mark(wrapped, record_of(self._compute_output_meta_with_inductor_strides()))
         return wrapped
 
     @functools.wraps(make_entry)
