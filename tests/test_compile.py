@@ -5,6 +5,7 @@ restarted worker group (inductor's C++ backend on CPU, two gloo ranks)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -124,9 +125,13 @@ def test_the_compile_is_phases_and_a_restart_finds_inductors_cache(tmp_path):
 
 
 def losses(output: str) -> dict[int, str]:
-    """Each rank's losses, as the script printed them (its last attempt's)."""
-    return {int(line.split()[1]): line.split(" losses ")[1] for line in output.splitlines()
-            if line.startswith("rank ")}  # fmt: skip
+    """Each rank's losses, as the script printed them (its last attempt's).
+    The ranks share one stdout and print writes a line and its newline
+    apart, so one rank's line may end inside another's: found by pattern,
+    not by line."""
+    return {
+        int(rank): found for rank, found in re.findall(r"rank (\d+) losses (\[[^\]]*\])", output)
+    }
 
 
 @pytest.mark.slow
