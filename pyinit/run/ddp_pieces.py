@@ -22,8 +22,9 @@ compile would have.
 Only a piece whose first call can be made again from that record is cached:
 outputs of static shape, plain tensors, no tensor subclasses, RNG states or
 effect tokens (their wrappers would sit between the record and the compiled
-code). A piece with such wrappers, and an entry without a record, is passed
-over as torch passes it over; one whose outputs cannot be recorded (a
+code). A piece with such wrappers, and an entry without a record or with
+one in another form (an entry's key does not cover pod-init's version), is
+passed over as torch passes it over; one whose outputs cannot be recorded (a
 symbolic shape) is not saved, so each start compiles it again, counted as a
 miss. ``PYINIT_DDP_AOT_CACHE=off`` leaves torch as it is.
 The hooks go in at the script's first compile, where torch has these parts;
@@ -68,6 +69,28 @@ def record_of(outputs: Sequence[Any]) -> tuple[Output, ...] | str:
                        str(out.dtype).removeprefix("torch."), str(out.device),
                        out.requires_grad))  # fmt: skip
     return tuple(record)
+
+
+def readable(record: Any) -> bool:
+    """Whether `record`, as found in a cache entry, is one that
+    :func:`made_again` can make outputs from. An entry's key does not cover
+    pod-init's version, so a record written in another form, or by anything
+    else, counts as none at all."""
+    import torch
+
+    def integers(value: Any) -> bool:
+        return type(value) is tuple and all(type(n) is int and n >= 0 for n in value)
+
+    def output(item: Any) -> bool:
+        if type(item) is not tuple or len(item) != 6:
+            return False
+        size, stride, offset, dtype, device, requires_grad = item
+        return (integers(size) and integers(stride) and len(size) == len(stride)
+                and type(offset) is int and offset >= 0 and type(dtype) is str
+                and isinstance(getattr(torch, dtype, None), torch.dtype)
+                and type(device) is str and type(requires_grad) is bool)  # fmt: skip
+
+    return type(record) is tuple and all(output(item) for item in record)
 
 
 def made_again(record: tuple[Output, ...], fake_mode: Any) -> list[Any]:
@@ -191,7 +214,7 @@ def install() -> None:
         if context is None:
             return wrap_post_compile(self, *args, **kwargs)
         record = getattr(self, RECORD, None)
-        if not isinstance(record, tuple) or not replayable(self):
+        if not readable(record) or not replayable(self):
             raise bypass("pod-init: no record of this DDP piece's first call to make again")
         forward = self.compiled_fw
         forward_post_compile = forward.post_compile
