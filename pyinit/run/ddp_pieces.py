@@ -41,6 +41,9 @@ from typing import Any
 
 SWITCH = "PYINIT_DDP_AOT_CACHE"  # on (the default) or off; pyinit run refuses anything else
 # On a compiled forward, then on its cache entry: the first call's outputs, or UNRECORDABLE.
+# An entry whose record is not in Output's form is passed over (readable) at every start,
+# since torch finds a key's entries in the same order each time: a record of another form
+# would need keys of its own, not only another name here.
 RECORD = "_pyinit_first_call_outputs"
 UNRECORDABLE = "unrecordable"
 
