@@ -41,11 +41,11 @@ from pyinit.run.agent import (
 from pyinit.run.compiles import COMPILE_CACHE_ENV, COMPILE_CACHE_FILE
 from pyinit.run.config import RunConfig
 from pyinit.run.flight_recorder import flight_recorder_env
-from pyinit.run.liveness import JoinWatch, Liveness, named
+from pyinit.run.liveness import PEER_POLL_S, JoinWatch, Liveness, named
 from pyinit.run.nodes import Nodes, endpoint, find_nodes
 from pyinit.run.preflight import preflight
 from pyinit.run.preload import DEFAULT_PRELOADS
-from pyinit.run.stall import StallWatch
+from pyinit.run.stall import FLIGHT_RECORDER_WAIT_S, STACK_WAIT_S, StallWatch
 from pyinit.run.store import Store
 from pyinit.run.warm import client, protocol
 from pyinit.runlog.events import (
@@ -68,6 +68,11 @@ TORCHRUN_GRACE_S = 30.0
 GUARD_GRACE_S = TORCHRUN_GRACE_S + 10.0
 ESCALATE_AFTER_S = GUARD_GRACE_S + 5.0
 LIVENESS_LINGER_S = 3.0
+# How long a node whose stall had every rank waiting asks the other nodes for the
+# cause: the node that has it finds the same stall within about a poll of this one,
+# and gathers its ranks' stacks (and flight recorder) for at most this.
+CAUSE_WAIT_S = max(STACK_WAIT_S, FLIGHT_RECORDER_WAIT_S) + PEER_POLL_S
+CAUSE_ASK_S = 0.2
 
 
 def guarded(pod_init: str, command: Sequence[str]) -> list[str]:
@@ -511,10 +516,19 @@ def conclude(plan: Plan, outcome: Outcome, out: IO[str]) -> int:
         status = EXIT_FAILURE
     if status != 0 and config.stall_timeout > 0 and liveness is not None:
         # A stalled node's workers were ended: ours may have failed on the broken
-        # connection before the next poll. Its verdict is still being served.
-        for verdict in liveness.new_peer_stalls(nodes.addresses, nodes.rank):
-            stalls.peer_stall(verdict)
-        stalls.check()
+        # connection before the next poll. Its verdict is still being served. A
+        # stall found here with every rank waiting has its cause on another node,
+        # which finds the same stall about when this one does and may still be
+        # gathering its stacks: it is asked again until every node has spoken.
+        deadline = time.monotonic() + CAUSE_WAIT_S
+        while True:
+            for verdict in liveness.new_peer_stalls(nodes.addresses, nodes.rank):
+                stalls.peer_stall(verdict)
+            stalls.check()
+            if (not stalls.cause_elsewhere() or liveness.all_spoke(nodes.addresses, nodes.rank)
+                    or time.monotonic() >= deadline):  # fmt: skip
+                break
+            time.sleep(CAUSE_ASK_S)
     if status != 0 and (stalls.stalls or stalls.peer_stalls) and not forwarded:
         status = EXIT_STALLED  # the workers were ended for a stall, and not restarted
     fields: dict[str, Any] = {"status": status, "torchrun_status": outcome.code,

@@ -160,6 +160,12 @@ class Liveness:
                 found.append(verdict)
         return found
 
+    def all_spoke(self, addresses: Sequence[str], own_rank: int) -> bool:
+        """Whether every other node has given a stall verdict or said that
+        its run ended, as heard by the asks so far."""
+        spoke = set(self._seen) | self._ended_peers | self._failed_peers
+        return all(rank in spoke for rank in range(len(addresses)) if rank != own_rank)
+
     def workers_started(self) -> None:
         """This node's workers run: every node had joined. Before, a node
         that is not there may still come (started again by hand before

@@ -127,6 +127,7 @@ class StallWatch:
         self._gathering: _Gathering | None = None
         self.stalls = 0  # found here
         self.peer_stalls = 0  # found on other nodes, which ended this node's workers too
+        self.cause_known = False  # a rank found stalled outside a collective, here or elsewhere
 
     def peer_stall(self, verdict: dict) -> None:
         """Another node found a stall (called from the peer watcher's thread)."""
@@ -146,6 +147,11 @@ class StallWatch:
         stalled = [p for p in live if p.steps > 0 and now - p.last_step >= self._timeout]
         if stalled:
             self._start(live, stalled, now)
+
+    def cause_elsewhere(self) -> bool:
+        """Whether this node found a stall whose ranks were all waiting in
+        collectives, and no node has yet said which rank they wait for."""
+        return self.stalls > 0 and not self.cause_known
 
     def finish(self) -> None:
         """The workers are gone (the run ended): a stall being looked into is
@@ -170,6 +176,7 @@ class StallWatch:
         causes = ", ".join(f"rank {c.get('rank')} at {c.get('where')}"
                            for c in verdict.get("causes", []) if isinstance(c, dict))  # fmt: skip
         self.peer_stalls += 1
+        self.cause_known |= bool(verdict.get("causes"))
         self._log.write("peer_stall", peer=verdict)
         say(f"pyinit run: stall on node {verdict.get('node')}: "
             f"{causes or 'no cause found there'}", self._out)  # fmt: skip
@@ -223,6 +230,7 @@ class StallWatch:
         stalled, now = g.stalled, g.found
         where, causes = judge(stalled, g.dumps, self._recorder.read(recorded))
         waiting = [p.rank for p in stalled if p.rank not in causes]
+        self.cause_known |= bool(causes)
         ranks = [
             {"rank": p.rank, "node": self._node, "pid": p.pid, "last_step": p.steps,
              "seconds_since_step": round(now - p.last_step, 3),
