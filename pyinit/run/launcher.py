@@ -522,11 +522,12 @@ def conclude(plan: Plan, outcome: Outcome, out: IO[str]) -> int:
         # gathering its stacks: it is asked again until every node has spoken.
         deadline = time.monotonic() + CAUSE_WAIT_S
         while True:
+            # Taken first: every verdict it counts has been handed on, and is checked below.
+            spoke = liveness.all_spoke(nodes.addresses, nodes.rank)
             for verdict in liveness.new_peer_stalls(nodes.addresses, nodes.rank):
                 stalls.peer_stall(verdict)
             stalls.check()
-            if (not stalls.cause_elsewhere() or liveness.all_spoke(nodes.addresses, nodes.rank)
-                    or time.monotonic() >= deadline):  # fmt: skip
+            if spoke or not stalls.cause_elsewhere() or time.monotonic() >= deadline:
                 break
             time.sleep(CAUSE_ASK_S)
     if status != 0 and (stalls.stalls or stalls.peer_stalls) and not forwarded:

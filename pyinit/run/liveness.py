@@ -69,6 +69,9 @@ class Liveness:
         self._ended_answers = 0  # how many asks it has answered so since
         self._stop = threading.Event()
         self._seen: dict[int, int] = {}  # the last stall number each node reported
+        # Held by the peer watcher from taking a round's answers to handing on their
+        # verdicts: all_spoke counts a verdict only once it has been handed on.
+        self._handing_on = threading.Lock()
         self._answered_at: dict[int, float] = {}  # when each other node last answered
         self._started_at: float | None = None  # when this node's workers were seen started
         self._ended_peers: set[int] = set()  # the nodes that said their run ended well
@@ -163,7 +166,8 @@ class Liveness:
     def all_spoke(self, addresses: Sequence[str], own_rank: int) -> bool:
         """Whether every other node has given a stall verdict or said that
         its run ended, as heard by the asks so far."""
-        spoke = set(self._seen) | self._ended_peers | self._failed_peers
+        with self._handing_on:
+            spoke = set(self._seen) | self._ended_peers | self._failed_peers
         return all(rank in spoke for rank in range(len(addresses)) if rank != own_rank)
 
     def workers_started(self) -> None:
@@ -199,9 +203,11 @@ class Liveness:
 
         def poll() -> None:
             while not self._stop.wait(PEER_POLL_S):
-                for verdict in self.new_peer_stalls(addresses, own_rank):
-                    if on_stall is not None:
-                        on_stall(verdict)
+                answers = self._ask_peers(addresses, own_rank, PEER_ASK_TIMEOUT_S)
+                with self._handing_on:
+                    for verdict in self._take(answers):
+                        if on_stall is not None:
+                            on_stall(verdict)
                 for rank, silent_s in self._newly_lost(others):
                     on_lost(rank, silent_s)
 
